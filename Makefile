@@ -1,0 +1,23 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv test demo bench clean
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+
+venv: $(PY)
+
+test: $(PY)
+	$(PY) -m pytest -q -n 2 tests
+
+demo: $(PY)
+	$(VENV)/bin/robowds demo
+
+bench: $(PY)
+	$(PY) scripts/bench_export.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
