@@ -1,0 +1,147 @@
+"""The map step's core: one episode's raw data -> its windows as encoded sample blobs. Pure.
+
+Memory is bounded by one episode's streams plus one chunk of `CHUNK_ANCHORS` windows, whatever the
+episode length. The chunking is fixed, so results (blobs and statistics) do not depend on workers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from export.config import StreamWindow
+from export.episodes import EpisodeData
+from export.errors import EpisodeError
+from export.resample import Stream, StreamError, clean_stream, resample
+from export.stats import FieldStats, merge_all
+from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
+from reader.format import encode_npy, encode_sample, mask_field
+
+CHUNK_ANCHORS = 1024
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What turning an episode into windows depends on (besides the episode itself); picklable."""
+
+    fps: float
+    stride: int
+    min_valid_fraction: float
+    float_dtype: str
+    strict_timestamps: bool
+    max_gap_factor: float
+    windows: dict[str, StreamWindow]  # time-series field -> window
+    value_dtypes: dict[str, str]  # time-series field -> source value dtype
+    static_fields: tuple[str, ...]  # text, image, value fields carried by every window
+    clock: str | None
+
+
+@dataclass
+class EpisodeWindows:
+    """The windows of one episode plus what the manifest needs to know about them."""
+
+    anchors: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    stats: dict[str, FieldStats | None] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def output_dtype(spec: BuildSpec, name: str) -> np.dtype:
+    """Interpolated and float fields use `float_dtype`; integer/bool fields held or nearest keep theirs."""
+    source = np.dtype(spec.value_dtypes[name])
+    if spec.windows[name].interpolation in ("linear", "slerp") or source.kind == "f":
+        return np.dtype(spec.float_dtype)
+    return source
+
+
+def _clean(data: EpisodeData, spec: BuildSpec) -> dict[str, Stream]:
+    streams = {}
+    for name, raw in data.streams.items():
+        if name not in spec.windows:
+            continue
+        try:
+            streams[name] = clean_stream(raw, spec.windows[name].interpolation, strict=spec.strict_timestamps)
+        except StreamError as exc:
+            raise EpisodeError(data.episode_id, name, str(exc),
+                               hint="fix the timestamps in the store, or drop the field with exclude") from exc
+    return streams
+
+
+def episode_extent(data: EpisodeData, streams: dict[str, Stream], clock: str | None) -> tuple[float, float]:
+    """[start, end] of the episode: declared start_s/end_s, else the clock stream, else all streams."""
+    basis = [streams[clock]] if clock in streams else list(streams.values())
+    start = data.start_s if data.start_s is not None else min((s.times[0] for s in basis), default=0.0)
+    end = data.end_s if data.end_s is not None else max((s.times[-1] for s in basis), default=start)
+    if not end >= start:
+        raise EpisodeError(data.episode_id, None, f"episode ends ({end}) before it starts ({start})",
+                           hint="check start_s/end_s")
+    return float(start), float(end)
+
+
+def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dict[str, Any],
+                  windows_out: EpisodeWindows) -> Iterator[bytes]:
+    """Yield the sample blob of every emitted window, filling `windows_out` as a side record."""
+    streams = _clean(data, spec)
+    start, end = episode_extent(data, streams, spec.clock)
+    anchors = anchor_frames(grid_frame_count(start, end, spec.fps), spec.stride)
+    static = _static_members(data, spec)
+    report = windows_out.report
+    report.update(episode_id=data.episode_id, duration_s=end - start, candidates=int(len(anchors)),
+                  emitted=0, dropped_min_valid=0,
+                  repairs={n: s.repairs.as_dict() for n, s in streams.items() if s.repairs.total()},
+                  masked_steps={n: 0 for n in streams}, steps={n: 0 for n in streams})
+    partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
+    for lo in range(0, len(anchors), CHUNK_ANCHORS):
+        chunk = anchors[lo:lo + CHUNK_ANCHORS]  # [W]
+        values, masks = {}, {}
+        for name, stream in streams.items():
+            window = spec.windows[name]
+            max_gap = window.max_gap_s if window.max_gap_s is not None else spec.max_gap_factor * stream.median_period
+            q = query_times(start, spec.fps, chunk, window)  # [W, n]
+            flat, valid = resample(stream, q.ravel(), window.interpolation, max_gap, (start, end))
+            values[name] = flat.reshape(q.shape + (flat.shape[1],))  # [W, n, N]
+            masks[name] = valid.reshape(q.shape)  # [W, n]
+        keep = np.ones(len(chunk), dtype=bool)  # [W]
+        if masks:
+            keep = valid_fraction(list(masks.values())) >= spec.min_valid_fraction - 1e-12
+        report["dropped_min_valid"] += int((~keep).sum())
+        for name in streams:
+            vals, mask = values[name][keep], masks[name][keep]
+            partial[name].append(FieldStats.of(vals[mask]))
+            report["masked_steps"][name] += int((~mask).sum())
+            report["steps"][name] += int(mask.size)
+            values[name] = pad_invalid(vals, mask, spec.windows[name].pad).astype(output_dtype(spec, name))
+            masks[name] = mask
+        for w, anchor in enumerate(chunk[keep].tolist()):
+            key = f"{key_prefix}_{anchor:06d}"
+            members = dict(static)
+            for name in streams:
+                members[f"{name}.npy"] = encode_npy(values[name][w])
+                members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
+            members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps)
+            windows_out.anchors.append(anchor)
+            windows_out.keys.append(key)
+            yield encode_sample(key, members)
+    report["emitted"] = len(windows_out.anchors)
+    windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
+
+
+def _static_members(data: EpisodeData, spec: BuildSpec) -> dict[str, bytes]:
+    members: dict[str, bytes] = {}
+    for name in spec.static_fields:
+        if name in data.texts:
+            members[f"{name}.txt"] = data.texts[name].encode("utf-8")
+        elif name in data.images:
+            blob, ext = data.images[name]
+            members[f"{name}.{ext}"] = blob
+        elif name in data.values:
+            members[f"{name}.npy"] = encode_npy(data.values[name])
+    return members
+
+
+def _meta_json(meta: dict[str, Any], anchor: int, t: float) -> bytes:
+    doc = {**meta, "anchor": anchor, "t": round(t, 9)}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()

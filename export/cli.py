@@ -1,0 +1,128 @@
+"""The `robowds` command: synth, validate, export, verify, demo.
+
+User errors print one message (what, where, how to fix) and exit non-zero; tracebacks are for bugs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from export.errors import UserError
+
+
+def _add_export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store", type=Path, help="episode store folder")
+    p.add_argument("out", type=Path, help="output folder for shards and manifest.json")
+    p.add_argument("--config", type=Path, help="export config YAML (see README)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set streams.joints.rate_hz=50 (repeatable)")
+    p.add_argument("--fps", type=float, help="dataset grid rate (config fps)")
+    p.add_argument("--stride", type=int, help="anchor every N grid frames (config stride)")
+    p.add_argument("--seed", type=int, help="seed for splits and the export shuffle (config seed)")
+    p.add_argument("--keep-order", action="store_true", help="do not shuffle windows (config shuffle=false)")
+    p.add_argument("--workers", type=int, default=1, help="parallel worker processes (output is identical)")
+    p.add_argument("--overwrite", action="store_true", help="replace a finished export in OUT")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _export_overrides(args: argparse.Namespace) -> list[str]:
+    extra = [f"{k}={v}" for k, v in (("fps", args.fps), ("stride", args.stride), ("seed", args.seed))
+             if v is not None]
+    if args.keep_order:
+        extra.append("shuffle=false")
+    return [*args.overrides, *extra]
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from export.config import load_config
+    from export.job import run_export
+
+    if args.workers < 1:
+        raise UserError("--workers must be >= 1")
+    config = load_config(args.config, _export_overrides(args))
+    summary = run_export(args.store, args.out, config, workers=args.workers, overwrite=args.overwrite,
+                         progress=not args.quiet)
+    print(summary.line())
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from export.synth import write_synthetic_store
+
+    try:
+        summary = write_synthetic_store(args.store, episodes=args.episodes, seed=args.seed)
+    except (FileExistsError, ValueError) as exc:
+        raise UserError(str(exc), hint="choose a new folder and --episodes >= 1") from exc
+    print(f"wrote a synthetic store of {summary.episodes} episodes ({summary.total_seconds:.1f} s) to {summary.root}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from export.validate import validate_store
+
+    report = validate_store(args.store)
+    print(report.render(verbose=args.verbose))
+    return 0 if report.exportable else 1
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from export.verify import verify_export
+
+    result = verify_export(args.out, store=args.store, check_windows=args.check_windows, seed=args.seed,
+                           progress=not args.quiet)
+    print(result.render())
+    return 0 if result.ok else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from export.demo import run_demo
+
+    return run_demo(args.dir, episodes=args.episodes, workers=args.workers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="robowds", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("synth", help="write a realistic synthetic episode store")
+    p.add_argument("store", type=Path)
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_synth)
+    p = sub.add_parser("validate", help="sanity-check an episode store before export")
+    p.add_argument("store", type=Path)
+    p.add_argument("-v", "--verbose", action="store_true", help="list every episode's durations")
+    p.set_defaults(fn=cmd_validate)
+    p = sub.add_parser("export", help="export a store to WebDataset shards + manifest")
+    _add_export_args(p)
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("verify", help="check shards against the manifest (and windows against the store)")
+    p.add_argument("out", type=Path)
+    p.add_argument("--store", type=Path, help="recompute a random subset of windows from this store")
+    p.add_argument("--check-windows", type=int, default=32, help="how many windows to recompute (with --store)")
+    p.add_argument("--seed", type=int, default=0, help="which random windows to recompute")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_verify)
+    p = sub.add_parser("demo", help="synth -> validate -> export -> verify -> read back, in one go")
+    p.add_argument("--dir", type=Path, default=Path("demo-out"))
+    p.add_argument("--episodes", type=int, default=24)
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(fn=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except UserError as exc:
+        print(f"robowds {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"robowds {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

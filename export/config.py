@@ -1,0 +1,150 @@
+"""Export configuration: defaults, a YAML file, `--set a.b=c` overrides, validation, resolution.
+
+The resolved config (every default filled in, one entry per exported stream) is what goes into the
+manifest, so an export can be reproduced from its manifest alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from export.errors import UserError
+
+DEFAULTS: dict[str, Any] = {
+    "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
+    "stride": 1,               # an anchor every `stride` grid frames
+    "min_valid_fraction": 0.0,  # emit a window only if this fraction of its time-series steps is real
+    "window": {                # defaults for every stream, overridden per stream under `streams`
+        "duration_s": 1.0,
+        "offset_s": 0.0,
+        "rate_hz": None,       # None = fps
+        "pad": "zero",         # zero | edge
+    },
+    "streams": {},             # per field: {rate_hz, duration_s, offset_s, pad, max_gap_s, interpolation}
+    "include": None,           # list of fields to export (None = all)
+    "exclude": [],
+    "seed": 0,
+    "shuffle": True,           # shuffle windows across episodes at export (False keeps episode order)
+    "splits": {"train": "rest"},  # name -> fraction | list of episode ids | "rest" (exactly one)
+    "shard": {"max_samples": 4096, "max_bytes": 256 * 1024 * 1024},
+    "timestamps": "repair",    # repair (sort, de-duplicate, count) | reject (episode error)
+    "max_gap_factor": 2.5,     # default max_gap = factor x median sample period of the stream
+    "float_dtype": "float32",  # dtype of interpolated (linear/slerp) fields
+    "on_bad_episode": "fail",  # fail | skip (skipped episodes are listed in the report)
+}
+
+PADS = ("zero", "edge")
+STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation"}
+
+
+def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
+    """Merge defaults, the YAML file and `key.path=value` overrides; check keys and value types."""
+    config = copy.deepcopy(DEFAULTS)
+    if path is not None:
+        try:
+            user = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise UserError(f"cannot read config {path}: {exc}", hint="pass a readable YAML file") from exc
+        if not isinstance(user, dict):
+            raise UserError(f"config {path} must be a YAML mapping")
+        _merge(config, user, where=str(path))
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"override {item!r} is not KEY=VALUE", hint="e.g. --set streams.joints.rate_hz=50")
+        node: dict[str, Any] = {}
+        cursor = node
+        parts = key.split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[parts[-1]] = yaml.safe_load(raw)
+        _merge(config, node, where=f"--set {item}")
+    _check(config)
+    return config
+
+
+def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, path: str = "") -> None:
+    """Deep-merge `new` into `base`; keys must exist in the defaults except field and split names."""
+    for key, value in new.items():
+        full = f"{path}{key}"
+        open_mapping = path.startswith("streams.") or path == "splits."
+        if key not in base and not open_mapping:
+            raise UserError(f"unknown config key {full!r} in {where}",
+                            hint=f"known keys here: {', '.join(sorted(base))}")
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value, where, full + ".")
+        else:
+            base[key] = value
+
+
+def _positive(config: Mapping[str, Any], key: str) -> float:
+    value = config[key]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise UserError(f"config {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _check(config: dict[str, Any]) -> None:
+    _positive(config, "fps")
+    if not isinstance(config["stride"], int) or config["stride"] < 1:
+        raise UserError(f"config stride must be an integer >= 1, got {config['stride']!r}")
+    if not 0.0 <= float(config["min_valid_fraction"]) <= 1.0:
+        raise UserError("config min_valid_fraction must be within [0, 1]")
+    for key, choices in (("timestamps", ("repair", "reject")), ("float_dtype", ("float32", "float64")),
+                         ("on_bad_episode", ("fail", "skip"))):
+        if config[key] not in choices:
+            raise UserError(f"config {key} must be one of {', '.join(choices)}, got {config[key]!r}")
+    for name, stream in {"window": config["window"], **config["streams"]}.items():
+        if not isinstance(stream, dict):
+            raise UserError(f"config streams.{name} must be a mapping")
+        unknown = set(stream) - STREAM_KEYS
+        if unknown:
+            raise UserError(f"unknown key(s) {sorted(unknown)} in config streams.{name}",
+                            hint=f"known: {', '.join(sorted(STREAM_KEYS))}")
+        if stream.get("pad", "zero") not in PADS:
+            raise UserError(f"config streams.{name}.pad must be zero or edge, got {stream['pad']!r}")
+    shard = config["shard"]
+    if int(shard["max_samples"]) < 1 or int(shard["max_bytes"]) < 4096:
+        raise UserError("config shard.max_samples must be >= 1 and shard.max_bytes >= 4096")
+    rest = [name for name, rule in config["splits"].items() if rule == "rest"]
+    if len(rest) != 1:
+        raise UserError("config splits must name exactly one split as 'rest' (it gets the remaining episodes)")
+
+
+@dataclass(frozen=True)
+class StreamWindow:
+    """How one time-series field is windowed: `steps` samples at `rate_hz` from anchor + `offset_s`."""
+
+    rate_hz: float
+    duration_s: float
+    offset_s: float
+    pad: str
+    steps: int
+    max_gap_s: float | None
+    interpolation: str
+
+
+def stream_window(config: Mapping[str, Any], field: str, interpolation: str,
+                  declared_max_gap: float | None) -> StreamWindow:
+    """Resolve one field's window from `window` defaults and `streams.<field>`."""
+    merged = {**config["window"], **config["streams"].get(field, {})}
+    rate = float(merged["rate_hz"] if merged["rate_hz"] is not None else config["fps"])
+    duration = float(merged["duration_s"])
+    if rate <= 0 or duration <= 0:
+        raise UserError(f"config streams.{field}: rate_hz and duration_s must be positive")
+    steps_f = duration * rate
+    steps = int(round(steps_f))
+    if steps < 1 or abs(steps_f - steps) > 1e-6:
+        raise UserError(f"config streams.{field}: duration_s x rate_hz = {steps_f:g} is not a whole number of steps",
+                        hint="pick a duration that is a multiple of 1/rate_hz")
+    max_gap = merged.get("max_gap_s", declared_max_gap)
+    return StreamWindow(rate_hz=rate, duration_s=duration, offset_s=float(merged["offset_s"]),
+                        pad=str(merged["pad"]), steps=steps,
+                        max_gap_s=None if max_gap is None else float(max_gap),
+                        interpolation=str(merged.get("interpolation") or interpolation))

@@ -1,0 +1,160 @@
+"""Reading episodes' data out of the store, a few row groups at a time.
+
+Workers get batches of episodes; each table's row groups are read once per batch with only the columns
+needed, so a task never loads a whole table and no episode is read twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from export.errors import EpisodeError
+from export.store import StoreSchema, safe_media_path
+
+IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
+
+
+@dataclass
+class EpisodeData:
+    """One episode's raw fields, as stored (time series still `[T, N+1]`, unclean)."""
+
+    episode_id: str
+    streams: dict[str, np.ndarray] = field(default_factory=dict)  # field -> [T, N+1]
+    texts: dict[str, str] = field(default_factory=dict)
+    images: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # field -> (bytes, ext)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    videos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    split: str | None = None
+    start_s: float | None = None
+    end_s: float | None = None
+    time_origin_ns: int | None = None  # for int64-ns stores: the subtracted origin
+
+
+def image_ext(data: bytes) -> str | None:
+    for magic, ext in IMAGE_MAGIC:
+        if data.startswith(magic):
+            return ext
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarray:
+    """Row `row` of a list<list<number>> column as a `[T, N+1]` array."""
+    if column.is_null()[row].as_py():
+        raise EpisodeError(episode, name, "time series is null", hint="store an empty list only if truly empty")
+    start, stop = column.offsets[row].as_py(), column.offsets[row + 1].as_py()
+    rows = column.values.slice(start, stop - start)  # ListArray of T rows
+    if len(rows) == 0:
+        return np.zeros((0, 2))
+    if rows.null_count:
+        raise EpisodeError(episode, name, "time series has null rows")
+    if isinstance(rows, pa.FixedSizeListArray):
+        width = rows.type.list_size
+        widths = np.full(len(rows), width)
+    else:
+        offsets = rows.offsets.to_numpy()
+        widths = np.diff(offsets)
+        width = int(widths[0])
+    if (widths != width).any():
+        bad = int(np.argmax(widths != width))
+        raise EpisodeError(episode, name, f"row {bad} has {widths[bad]} columns, row 0 has {width}",
+                           hint="every row must be [time, v1..vN] with the same N")
+    leaf = rows.flatten()
+    if leaf.null_count and not pa.types.is_floating(leaf.type):
+        raise EpisodeError(episode, name, "integer time series has null values")
+    flat = leaf.to_numpy(zero_copy_only=False)  # float nulls become NaN: missing samples
+    return flat.reshape(len(rows), width)
+
+
+class EpisodeLoader:
+    """Loads `EpisodeData` for batches of episode ids from a store."""
+
+    def __init__(self, schema: StoreSchema, fields: list[str]) -> None:
+        self.schema = schema
+        self.fields = fields
+        self.root = schema.root
+
+    def load(self, episode_ids: list[str]) -> Iterator[EpisodeData]:
+        """Episodes in the given order; each needed row group is read once for the batch."""
+        cache: dict[tuple[str, int], pa.Table] = {}
+        for ep in episode_ids:
+            data = EpisodeData(ep)
+            for table, columns in self.schema.tables.items():
+                wanted = [c for c in columns if c in self.fields]
+                extras = [c for c, t in self.schema.reserved.items() if t == table]
+                if not wanted and not extras:
+                    continue
+                group, row = self.schema.rows[table][ep]
+                key = (table, group)
+                if key not in cache:
+                    pfile = pq.ParquetFile(self.root / table)
+                    cache[key] = pfile.read_row_group(group, columns=wanted + extras)
+                part = cache[key]
+                for col in wanted:
+                    self._fill(data, col, part.column(col).combine_chunks(), row)
+                for col in extras:
+                    value = part.column(col)[row].as_py()
+                    if value is not None:
+                        setattr(data, col, str(value) if col == "split" else float(value))
+            self._relative_ns(data)
+            yield data
+
+    def _fill(self, data: EpisodeData, name: str, column: pa.Array, row: int) -> None:
+        spec = self.schema.fields[name]
+        ep = data.episode_id
+        if spec.kind == "timeseries":
+            data.streams[name] = _series(column, row, ep, name)
+            return
+        value = column[row].as_py()
+        if value is None:
+            raise EpisodeError(ep, name, f"{spec.kind} value is null", hint="every episode needs this field")
+        if spec.kind == "text":
+            data.texts[name] = str(value)
+        elif spec.kind == "value":
+            data.values[name] = np.asarray(value, dtype=spec.value_dtype)
+        elif spec.kind == "video":
+            data.videos[name] = value if isinstance(value, dict) else {"path": value, "fps": spec.fps}
+        elif spec.kind == "image":
+            data.images[name] = self._image(ep, name, value)
+
+    def _image(self, ep: str, name: str, value: Any) -> tuple[bytes, str]:
+        if isinstance(value, (bytes, bytearray)):
+            blob = bytes(value)
+        else:
+            try:
+                path = safe_media_path(self.root, str(value))
+                blob = path.read_bytes()
+            except ValueError as exc:
+                raise EpisodeError(ep, name, str(exc)) from exc
+            except OSError as exc:
+                raise EpisodeError(ep, name, f"image file {value!r} cannot be read: {exc.strerror}",
+                                   hint="fix the path (relative to the store folder) or add the file") from exc
+        ext = image_ext(blob)
+        if ext is None:
+            raise EpisodeError(ep, name, "image is not PNG, JPEG, WebP or BMP", hint="re-encode it as PNG or JPEG")
+        return blob, ext
+
+    def _relative_ns(self, data: EpisodeData) -> None:
+        """int64-ns streams: subtract one common integer origin before going to float64 seconds."""
+        ns = [n for n in data.streams if self.schema.fields[n].time_unit == "ns"]
+        if not ns:
+            return
+        firsts = [int(data.streams[n][:, 0].min()) for n in ns if len(data.streams[n])]
+        origin = min(firsts) if firsts else 0
+        for n in ns:
+            arr = data.streams[n]
+            if arr.dtype.kind not in "iu":
+                raise EpisodeError(data.episode_id, n, "time_unit ns needs int64 time series")
+            times = (arr[:, 0].astype(np.int64) - origin).astype(np.float64) * 1e-9
+            data.streams[n] = np.column_stack([times, arr[:, 1:]])
+        data.time_origin_ns = origin
+        for bound in ("start_s", "end_s"):
+            if getattr(data, bound) is not None:
+                setattr(data, bound, getattr(data, bound) - origin * 1e-9)

@@ -1,0 +1,334 @@
+"""The export job: plan -> map (stage episodes) -> reduce (write shards) -> manifest.
+
+Atomicity and resume: every step's output appears under its final name by rename after fsync, and a
+step is done iff that name exists. Staging lives in `OUT/.robowds-work/` (keyed by a job id over the
+store fingerprint and the resolved config); shards are renamed into `OUT/<split>/` only when complete;
+the manifest is renamed into place last, so nothing half-written is ever listed. A re-run after SIGKILL
+skips finished steps and, because every step is deterministic, ends byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import msgpack
+import numpy as np
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from export import __version__
+from export.build import BuildSpec, EpisodeWindows, build_episode
+from export.config import stream_window
+from export.episodes import EpisodeLoader
+from export.errors import EpisodeError, UserError
+from export.executor import make_executor
+from export.plan import assign_splits, key_prefixes, pack_shards, window_order
+from export.report import build_manifest
+from export.store import StoreSchema, fingerprint, open_store
+from reader.format import END_OF_ARCHIVE
+from reader.manifest import MANIFEST_NAME, dump_manifest, parse_manifest
+
+WORK_DIR = ".robowds-work"
+EPISODES_PER_TASK = 8
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a map task needs; picklable and identical for every worker."""
+
+    schema: StoreSchema
+    build: BuildSpec
+    fields: tuple[str, ...]
+    work: str
+    prefixes: dict[str, str]
+    splits: dict[str, str]
+    index: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Summary:
+    out: Path
+    episodes: int
+    rejected: int
+    windows: int
+    shards: int
+    bytes: int
+    seconds: float
+    up_to_date: bool = False
+
+    def line(self) -> str:
+        if self.up_to_date:
+            return f"{self.out}: export is up to date ({self.windows} windows in {self.shards} shards); nothing to do"
+        return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows in "
+                f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}")
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically: temp file, fsync, rename."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def resolve(store: Path, config: dict[str, Any]) -> tuple[StoreSchema, JobSpec, dict[str, Any]]:
+    """Open the store and resolve the config against it (the plan's pure part)."""
+    schema = open_store(store)
+    schema.raise_if_errors()
+    include = config["include"]
+    unknown = set(include or []) | set(config["exclude"]) | set(config["streams"])
+    unknown -= set(schema.fields)
+    if unknown:
+        raise UserError(f"config names field(s) the store does not have: {sorted(unknown)}",
+                        hint=f"fields: {', '.join(sorted(schema.fields))}")
+    fields = [f for f in sorted(schema.fields) if (include is None or f in include) and f not in config["exclude"]]
+    windows, skipped = {}, []
+    for name in fields:
+        spec = schema.fields[name]
+        if spec.kind == "timeseries":
+            windows[name] = stream_window(config, name, spec.interpolation or "linear", spec.max_gap_s)
+        elif spec.kind == "video":
+            skipped.append(name)
+    fields = [f for f in fields if f not in skipped]
+    if not windows and not fields:
+        raise UserError("nothing to export: no fields selected", hint="check include/exclude")
+    resolved = dict(config)
+    resolved["streams"] = {n: w.__dict__ for n, w in windows.items()}
+    resolved["skipped_fields"] = {n: "video decoding comes in the next release" for n in skipped}
+    build = BuildSpec(fps=float(config["fps"]), stride=int(config["stride"]),
+                      min_valid_fraction=float(config["min_valid_fraction"]), float_dtype=config["float_dtype"],
+                      strict_timestamps=config["timestamps"] == "reject", max_gap_factor=float(config["max_gap_factor"]),
+                      windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
+                      static_fields=tuple(f for f in fields if f not in windows),
+                      clock=schema.clock if schema.clock in windows else None)
+    declared = _declared_splits(schema)
+    splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
+    job = JobSpec(schema=schema, build=build, fields=tuple(fields), work="", prefixes=key_prefixes(schema.episode_ids),
+                  splits=splits, index={ep: i for i, ep in enumerate(schema.episode_ids)})
+    return schema, job, resolved
+
+
+def _declared_splits(schema: StoreSchema) -> dict[str, str]:
+    table = schema.reserved.get("split")
+    if table is None:
+        return {}
+    cols = pq.read_table(schema.root / table, columns=["episode_id", "split"]).to_pydict()
+    return {str(e): str(s) for e, s in zip(cols["episode_id"], cols["split"]) if s is not None}
+
+
+# ----------------------------------------------------------------------------------------------- map
+
+def _episode_paths(work: Path, index: int) -> tuple[Path, Path]:
+    return work / f"ep-{index:06d}.bin", work / f"ep-{index:06d}.rec"
+
+
+def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
+    """Map task: build and stage the windows of a batch of episodes (skipping staged ones)."""
+    job, episode_ids = args
+    work = Path(job.work)
+    todo = [ep for ep in episode_ids if not _episode_paths(work, job.index[ep])[1].exists()]
+    loader = EpisodeLoader(job.schema, list(job.fields))
+    loaded = loader.load(todo)
+    for ep in todo:
+        bin_path, rec_path = _episode_paths(work, job.index[ep])
+        record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None}
+        windows = EpisodeWindows()
+        try:
+            data = next(loaded)
+            meta = {"episode_id": ep, "split": job.splits[ep]}
+            tmp = bin_path.with_name(f"{bin_path.name}.tmp-{os.getpid()}")
+            sizes = []
+            with open(tmp, "wb") as fh:
+                for blob in build_episode(data, job.build, job.prefixes[ep], meta, windows):
+                    fh.write(blob)
+                    sizes.append(len(blob))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, bin_path)
+            record.update(anchors=np.asarray(windows.anchors, np.int64).tobytes(),
+                          sizes=np.asarray(sizes, np.int64).tobytes(), report=windows.report,
+                          stats={n: (s.to_state() if s else None) for n, s in windows.stats.items()})
+        except EpisodeError as exc:
+            record["error"] = {"field": exc.field, "message": exc.reason, "hint": exc.hint}
+            loaded = loader.load(todo[todo.index(ep) + 1:])
+        _fsync_write(rec_path, msgpack.packb(record, use_bin_type=True))
+    return episode_ids
+
+
+def _load_record(work: Path, index: int) -> dict[str, Any]:
+    return msgpack.unpackb(_episode_paths(work, index)[1].read_bytes(), raw=False)
+
+
+# -------------------------------------------------------------------------------------------- reduce
+
+@dataclass(frozen=True)
+class ShardTask:
+    out: str
+    work: str
+    split: str
+    path: str  # relative to out
+    entries: np.ndarray  # [S, 3] int64: episode index, byte offset in its staging file, size
+
+
+def write_shard(task: ShardTask) -> dict[str, Any]:
+    """Reduce task: copy the shard's samples from staging, in order, into its final tar."""
+    out, work = Path(task.out), Path(task.work)
+    final = out / task.path
+    rec_path = work / "shards" / (task.path.replace("/", "__") + ".json")
+    if final.exists() and rec_path.exists():
+        record = json.loads(rec_path.read_text())
+        if final.stat().st_size == record["bytes"]:
+            return record
+    digest, offsets, pos = hashlib.sha256(), [], 0
+    tmp = work / "tmp" / f"{task.path.replace('/', '__')}.tmp-{os.getpid()}"
+    handles: dict[int, int] = {}
+    try:
+        with open(tmp, "wb") as fh:
+            for ep_index, offset, size in task.entries.tolist():
+                if ep_index not in handles:
+                    handles[ep_index] = os.open(_episode_paths(work, ep_index)[0], os.O_RDONLY)
+                blob = os.pread(handles[ep_index], size, offset)
+                if len(blob) != size:
+                    raise RuntimeError(f"staging file of episode {ep_index} is truncated; delete {work} and re-run")
+                offsets.append(pos)
+                fh.write(blob)
+                digest.update(blob)
+                pos += size
+            fh.write(END_OF_ARCHIVE)
+            digest.update(END_OF_ARCHIVE)
+            fh.flush()
+            os.fsync(fh.fileno())
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+    record = {"path": task.path, "samples": len(offsets), "bytes": pos + len(END_OF_ARCHIVE),
+              "sha256": digest.hexdigest(), "offsets": offsets}
+    _fsync_write(rec_path, json.dumps(record).encode())
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, final)
+    return record
+
+
+def plan_shards(out: Path, work: Path, records: list[dict[str, Any]], config: dict[str, Any],
+                episode_of: dict[str, int]) -> list[ShardTask]:
+    """Order every split's windows and cut them into shards (pure given the staged sizes)."""
+    tasks = []
+    for split in sorted({r["split"] for r in records}):
+        members = [r for r in records if r["split"] == split]
+        sizes = [np.frombuffer(r["sizes"], np.int64) for r in members]
+        offsets = [np.concatenate([[0], np.cumsum(s)[:-1]]).astype(np.int64) for s in sizes]
+        order = window_order([len(s) for s in sizes], int(config["seed"]), split, bool(config["shuffle"]))
+        ep_idx = np.asarray([episode_of[r["episode_id"]] for r in members], np.int64)
+        entries = np.stack([ep_idx[order[:, 0]] if len(order) else np.zeros(0, np.int64),
+                            np.asarray([offsets[e][w] for e, w in order.tolist()], np.int64),
+                            np.asarray([sizes[e][w] for e, w in order.tolist()], np.int64)], axis=1)
+        shard = config["shard"]
+        bounds = pack_shards(entries[:, 2].tolist(), int(shard["max_samples"]), int(shard["max_bytes"]),
+                             len(END_OF_ARCHIVE))
+        for n, (lo, hi) in enumerate(bounds):
+            tasks.append(ShardTask(str(out), str(work), split, f"{split}/shard-{n:06d}.tar", entries[lo:hi]))
+    return tasks
+
+
+# ------------------------------------------------------------------------------------------------ job
+
+def _job_id(fingerprint_hex: str, resolved: dict[str, Any]) -> str:
+    doc = json.dumps({"source": fingerprint_hex, "config": resolved, "tool": __version__}, sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
+def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | None:
+    """Returns the work dir to use, or None when a finished export of this very job is there."""
+    manifest = out / MANIFEST_NAME
+    work = out / WORK_DIR
+    if manifest.exists() and not overwrite:
+        doc = parse_manifest(manifest.read_bytes(), str(manifest))
+        if doc.get("job_id") == job_id:
+            shutil.rmtree(work, ignore_errors=True)
+            return None
+        raise UserError(f"{out} holds a finished export of a different store or config",
+                        hint="pass --overwrite to replace it, or choose another output folder")
+    if overwrite and out.exists():
+        manifest.unlink(missing_ok=True)  # first, so nothing stale stays listed
+        for item in out.iterdir():
+            if item.name == WORK_DIR or item.name.endswith(".wids.json") or (
+                    item.is_dir() and any(item.glob("shard-*.tar"))):
+                shutil.rmtree(item) if item.is_dir() else item.unlink()
+    if out.exists() and not (work / "job.json").exists() and any(out.iterdir()):
+        raise UserError(f"output folder {out} is not empty and holds no robowds export",
+                        hint="choose an empty or new folder")
+    if (work / "job.json").exists() and json.loads((work / "job.json").read_text()).get("job_id") != job_id:
+        shutil.rmtree(work)  # a partial export of another store/config: its staging is useless
+    for sub in ("shards", "tmp"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    for stale in [*(work / "tmp").iterdir(), *work.glob("*.tmp-*"), *(work / "shards").glob("*.tmp-*")]:
+        stale.unlink()  # left by a killed run; every step rewrites its temp file from scratch
+    _fsync_write(work / "job.json", json.dumps({"job_id": job_id}).encode())
+    return work
+
+
+def _batches(items: list[str], size: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1, overwrite: bool = False,
+               progress: bool = True) -> Summary:
+    began = time.perf_counter()
+    store, out = Path(store).resolve(), Path(out).resolve()
+    if out == store or store in out.parents and out.parent == store:
+        raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
+    schema, job, resolved = resolve(store, config)
+    source = fingerprint(store)
+    job_id = _job_id(source, resolved)
+    work = _prepare_out(out, job_id, overwrite)
+    if work is None:
+        doc = parse_manifest((out / MANIFEST_NAME).read_bytes())
+        shards = sum(len(s["shards"]) for s in doc["splits"].values())
+        windows = sum(s["samples"] for s in doc["splits"].values())
+        return Summary(out, len(schema.episode_ids), 0, windows, shards, 0, 0.0, up_to_date=True)
+    job = JobSpec(**{**job.__dict__, "work": str(work)})
+    executor = make_executor(workers)
+    try:
+        ids = schema.episode_ids
+        per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * workers)))
+        with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
+            for done in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
+                bar.update(len(done))
+        records = [_load_record(work, job.index[ep]) for ep in ids]
+        failed = [r for r in records if r["error"]]
+        if failed and config["on_bad_episode"] == "fail":
+            listed = "\n  ".join(f"episode {r['episode_id']!r}" + (f", field {r['error']['field']!r}" if
+                                 r["error"]["field"] else "") + f": {r['error']['message']}" for r in failed[:20])
+            raise UserError(f"{len(failed)} episode(s) cannot be exported:\n  {listed}",
+                            hint="fix them in the store, or pass --set on_bad_episode=skip to leave them out")
+        good = [r for r in records if not r["error"]]
+        tasks = plan_shards(out, work, good, config, job.index)
+        shard_records: dict[str, dict[str, Any]] = {}
+        with tqdm(total=len(tasks), desc="shards", unit="shard", disable=not progress) as bar:
+            for rec in executor.map_unordered(write_shard, tasks):
+                shard_records[rec["path"]] = rec
+                bar.update(1)
+    finally:
+        executor.close()
+    manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
+                              shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id)
+    for split, entry in manifest["splits"].items():
+        wids = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": split,
+                "shardlist": [{"url": s["path"], "nsamples": s["samples"], "filesize": s["bytes"]}
+                              for s in entry["shards"]]}
+        _fsync_write(out / f"{split}.wids.json", json.dumps(wids, sort_keys=True, indent=1).encode())
+    _fsync_write(out / MANIFEST_NAME, dump_manifest(manifest))
+    shutil.rmtree(work, ignore_errors=True)
+    total_bytes = sum(r["bytes"] for r in shard_records.values())
+    return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
+                   total_bytes, time.perf_counter() - began)

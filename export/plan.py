@@ -1,0 +1,99 @@
+"""The export plan: splits, sample keys, the global window order and shard boundaries. Pure.
+
+Everything here is a function of episode ids, window counts/sizes, the config and the seed, never of
+worker count or timing, which is what makes the shards byte-reproducible.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from export.errors import UserError
+
+KEY_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+KEY_PREFIX_MAX = 40
+
+
+def assign_splits(episode_ids: Sequence[str], rules: Mapping[str, object], seed: int,
+                  declared: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Episode -> split. Precedence: the store's `split` column, explicit id lists, then seeded fractions
+    of the remaining episodes (a seeded permutation of the sorted ids; counts rounded), rest to 'rest'."""
+    declared = dict(declared or {})
+    out: dict[str, str] = {}
+    known = set(episode_ids)
+    for ep, split in declared.items():
+        out[ep] = split
+    for name, rule in rules.items():
+        if isinstance(rule, list):
+            for ep in map(str, rule):
+                if ep not in known:
+                    raise UserError(f"config splits.{name} names episode {ep!r}, which the store does not have")
+                if ep in out and out[ep] != name:
+                    raise UserError(f"episode {ep!r} is assigned to both {out[ep]!r} and {name!r}")
+                out[ep] = name
+    free = [ep for ep in sorted(episode_ids) if ep not in out]
+    order = np.random.default_rng([seed, 0x5B117]).permutation(len(free))
+    pos = 0
+    rest = next(name for name, rule in rules.items() if rule == "rest")
+    for name, rule in rules.items():
+        if isinstance(rule, (int, float)) and not isinstance(rule, bool):
+            if not 0.0 <= float(rule) <= 1.0:
+                raise UserError(f"config splits.{name} must be a fraction in [0, 1], a list of ids or 'rest'")
+            count = int(round(float(rule) * len(free)))
+            for idx in order[pos:pos + count]:
+                out[free[idx]] = name
+            pos += count
+        elif not isinstance(rule, list) and rule != "rest":
+            raise UserError(f"config splits.{name} must be a fraction, a list of episode ids or 'rest'")
+    for idx in order[pos:]:
+        out[free[idx]] = rest
+    return out
+
+
+def key_prefixes(episode_ids: Sequence[str]) -> dict[str, str]:
+    """A tar-safe, unique key prefix per episode: its id with unsafe characters replaced, shortened;
+    ids that collide after that get their position appended."""
+    safe = {ep: KEY_CHARS.sub("-", ep)[:KEY_PREFIX_MAX] or "ep" for ep in episode_ids}
+    counts: dict[str, int] = {}
+    for s in safe.values():
+        counts[s] = counts.get(s, 0) + 1
+    return {ep: (s if counts[s] == 1 else f"{s[:KEY_PREFIX_MAX - 8]}-{i:06d}")
+            for i, (ep, s) in enumerate(sorted(safe.items()))}
+
+
+def window_order(window_counts: Sequence[int], seed: int, split_name: str, shuffle: bool) -> np.ndarray:
+    """Global order of a split's windows as (episode position, window position) rows: [W, 2] int64.
+
+    Windows are enumerated episode by episode; with `shuffle` the enumeration is permuted uniformly
+    (seeded by seed and split). Only integers are held, never window data.
+    """
+    counts = np.asarray(window_counts, dtype=np.int64)
+    episode = np.repeat(np.arange(len(counts), dtype=np.int64), counts)  # [W]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
+    within = np.arange(len(episode), dtype=np.int64) - np.repeat(starts, counts)  # [W]
+    rows = np.stack([episode, within], axis=1)
+    if shuffle and len(rows):
+        rng = np.random.default_rng([seed, zlib.crc32(split_name.encode())])
+        rows = rows[rng.permutation(len(rows))]
+    return rows
+
+
+def pack_shards(sizes: Sequence[int], max_samples: int, max_bytes: int, overhead: int) -> list[tuple[int, int]]:
+    """Greedy [start, stop) runs of consecutive samples: a shard closes before it would pass
+    `max_samples` or `max_bytes` (including the tar's `overhead`); a sample larger than `max_bytes`
+    gets a shard of its own."""
+    bounds: list[tuple[int, int]] = []
+    start, total = 0, overhead
+    for i, size in enumerate(sizes):
+        count = i - start
+        if count and (count >= max_samples or total + size > max_bytes):
+            bounds.append((start, i))
+            start, total = i, overhead
+        total += size
+    if len(sizes) > start:
+        bounds.append((start, len(sizes)))
+    return bounds

@@ -1,0 +1,114 @@
+"""Assembling the manifest: field schema, per-split shard lists, statistics and the export report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from export import __version__
+from export.build import output_dtype
+from export.stats import FieldStats, merge_all
+from reader.format import mask_field
+from reader.manifest import FORMAT, FORMAT_VERSION
+
+if TYPE_CHECKING:
+    from export.job import JobSpec
+    from export.store import StoreSchema
+
+
+def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, Any]]:
+    """What every sample member is: dtype, shape, window and provenance."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in job.fields:
+        spec = schema.fields[name]
+        entry: dict[str, Any] = {"kind": spec.kind, "names": list(spec.names) if spec.names else None,
+                                 "units": list(spec.units) if isinstance(spec.units, tuple) else spec.units}
+        if name in job.build.windows:
+            w = job.build.windows[name]
+            dims = len(spec.names) if spec.names else None
+            entry.update(member=f"{name}.npy", mask_member=f"{mask_field(name)}.npy",
+                         dtype=output_dtype(job.build, name).name, shape=[w.steps, dims],
+                         rate_hz=w.rate_hz, duration_s=w.duration_s, offset_s=w.offset_s, pad=w.pad,
+                         interpolation=w.interpolation, max_gap_s=w.max_gap_s,
+                         quaternion_order=spec.quaternion_order)
+        elif spec.kind == "text":
+            entry.update(member=f"{name}.txt", dtype="str", shape=[], encoding="utf-8")
+        elif spec.kind == "image":
+            entry.update(member=f"{name}.<png|jpg|webp|bmp>", dtype="uint8", shape=None, encoding="original")
+        elif spec.kind == "value":
+            entry.update(member=f"{name}.npy", dtype=spec.value_dtype, shape=None)
+        out[name] = {k: v for k, v in entry.items() if v is not None}
+    out["meta"] = {"kind": "meta", "member": "meta.json", "dtype": "json",
+                   "keys": ["anchor", "episode_id", "split", "t"]}
+    return out
+
+
+def _dims_from_records(records: list[dict[str, Any]]) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for r in records:
+        for name, state in (r.get("stats") or {}).items():
+            if state is not None:
+                dims.setdefault(name, len(state["mean"]))
+    return dims
+
+
+def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str, Any],
+                   records: list[dict[str, Any]], shards: list[dict[str, Any]], source: str,
+                   job_id: str) -> dict[str, Any]:
+    good = [r for r in records if not r["error"]]
+    fields = field_schema(schema, job)
+    for name, n in _dims_from_records(good).items():
+        fields[name]["shape"][1] = n
+    split_names = sorted({r["split"] for r in good} | {k for k, v in resolved["splits"].items()})
+    splits: dict[str, Any] = {}
+    stats: dict[str, Any] = {}
+    for split in split_names:
+        listed = [s for s in shards if s["path"].startswith(f"{split}/")]
+        members = [r for r in good if r["split"] == split]
+        splits[split] = {"episodes": [r["episode_id"] for r in members],
+                         "samples": sum(s["samples"] for s in listed), "bytes": sum(s["bytes"] for s in listed),
+                         "shards": listed}
+        merged = {}
+        for name in job.build.windows:
+            total = merge_all([FieldStats.from_state(r["stats"][name]) for r in members
+                               if r["stats"].get(name) is not None])
+            if total is not None:
+                merged[name] = total.summary()
+        stats[split] = merged
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__, "job_id": job_id,
+            "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,
+            "splits": splits, "stats": stats, "report": export_report(schema.root, records, shards)}
+
+
+def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repairs, rejected episodes, masking and storage amplification: nothing the export did is silent."""
+    good = [r for r in records if not r["error"]]
+    repairs: dict[str, dict[str, int]] = {}
+    masked: dict[str, list[int]] = {}
+    for r in good:
+        rep = r["report"]
+        for name, counts in rep["repairs"].items():
+            acc = repairs.setdefault(name, {})
+            for k, v in counts.items():
+                if v:
+                    acc[k] = acc.get(k, 0) + v
+        for name, steps in rep["steps"].items():
+            m = masked.setdefault(name, [0, 0])
+            m[0] += rep["masked_steps"][name]
+            m[1] += steps
+    source_bytes = sum(p.stat().st_size for p in Path(store).rglob("*") if p.is_file())
+    output_bytes = sum(s["bytes"] for s in shards)
+    return {
+        "episodes": {"total": len(records), "exported": len(good),
+                     "rejected": [{"episode_id": r["episode_id"], **r["error"]} for r in records if r["error"]]},
+        "windows": {"candidates": sum(r["report"]["candidates"] for r in good),
+                    "emitted": sum(r["report"]["emitted"] for r in good),
+                    "dropped_min_valid": sum(r["report"]["dropped_min_valid"] for r in good)},
+        "duration_s": round(float(np.sum([r["report"]["duration_s"] for r in good])), 6),
+        "repairs": repairs,
+        "masked_fraction": {n: (round(m[0] / m[1], 6) if m[1] else 0.0) for n, m in sorted(masked.items())},
+        "storage": {"source_bytes": source_bytes, "output_bytes": output_bytes,
+                    "amplification": round(output_bytes / source_bytes, 4) if source_bytes else None},
+    }

@@ -1,0 +1,196 @@
+"""Resampling one stream onto arbitrary query times, without extrapolation.
+
+Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
+
+* Times are float64 seconds. Two times closer than `TIME_EPS` (1 ns) count as equal, so a grid time
+  computed as `t0 + k / fps` that lands 1e-16 s past a sample still selects that sample.
+* `clean_stream` turns a raw `[T, N+1]` stream into strictly increasing times: rows with a non-finite
+  time or any NaN value are dropped (missing samples), unsorted rows are stably sorted, rows with an
+  exactly duplicated time collapse to the last one. Every repair is counted. A stream whose times are
+  all equal is rejected.
+* `resample` evaluates the stream at query times with `linear`, `slerp`, `hold` or `nearest`:
+    - before the first sample / after the last: the first / last value, valid = False;
+    - strictly inside a gap longer than `max_gap` (default 2.5 x the median period): the value of the
+      sample before the gap (hold), valid = False;
+    - at a sample time (within `TIME_EPS`): that sample, valid = True, whatever the method.
+  `linear`: v_i + (v_j - v_i) * (q - t_i) / (t_j - t_i). `hold`: the last sample at or before q
+  (causal, as diffusion_policy does). `nearest`: the closer of the two neighbours, ties go to the
+  earlier one. `slerp`: quaternions are normalised and sign-fixed onto one hemisphere (q_i . q_{i-1} >= 0)
+  in the declared order (xyzw or wxyz), interpolated on the great arc (normalised lerp when the
+  neighbours are within 1e-3 rad), and returned in the declared order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+TIME_EPS = 1e-9
+DEFAULT_GAP_FACTOR = 2.5
+Method = Literal["linear", "slerp", "hold", "nearest"]
+METHODS: tuple[str, ...] = ("linear", "slerp", "hold", "nearest")
+QUAT_ORDERS: tuple[str, ...] = ("xyzw", "wxyz")  # slerp itself is invariant to component order
+
+
+class StreamError(ValueError):
+    """A stream that cannot be resampled (empty, constant clock, bad shape)."""
+
+
+@dataclass(frozen=True)
+class Repairs:
+    """Counts of rows repaired or dropped while cleaning one stream."""
+
+    nonfinite_time: int = 0
+    nan_rows: int = 0
+    unsorted: int = 0
+    duplicate_time: int = 0
+    zero_quaternion: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.__dict__.items()}
+
+    def total(self) -> int:
+        return sum(self.__dict__.values())
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A cleaned stream: strictly increasing times and their values."""
+
+    times: np.ndarray  # [T] float64, strictly increasing
+    values: np.ndarray  # [T, N] source dtype (float64 for linear/slerp)
+    repairs: Repairs = field(default_factory=Repairs)
+
+    @property
+    def median_period(self) -> float:
+        if len(self.times) < 2:
+            return float("inf")
+        return float(np.median(np.diff(self.times)))
+
+
+def clean_stream(raw: np.ndarray, method: str = "linear", time_scale: float = 1.0,
+                 strict: bool = False) -> Stream:
+    """Clean a `[T, N+1]` array (column 0 = time) into a `Stream`.
+
+    `time_scale` converts column 0 to seconds (1e-9 for int64 ns). With `strict`, any repair other
+    than dropping missing samples raises instead of being counted.
+    """
+    if raw.ndim != 2 or raw.shape[1] < 2:
+        raise StreamError(f"expected a [T, N+1] array with N >= 1, got shape {list(raw.shape)}")
+    if raw.shape[0] == 0:
+        raise StreamError("stream has no samples")
+    times = raw[:, 0].astype(np.float64) * time_scale  # [T]
+    values = raw[:, 1:]  # [T, N]
+    if method in ("linear", "slerp"):
+        values = values.astype(np.float64)
+
+    finite_t = np.isfinite(times)
+    if values.dtype.kind == "f":
+        nan_row = np.isnan(values).any(axis=1) & finite_t
+    else:
+        nan_row = np.zeros(len(times), dtype=bool)
+    zero_quat = np.zeros(len(times), dtype=bool)
+    if method == "slerp":
+        if values.shape[1] != 4:
+            raise StreamError(f"slerp needs 4 quaternion components, got {values.shape[1]}")
+        zero_quat = finite_t & ~nan_row & ~(np.linalg.norm(np.nan_to_num(values), axis=1) > 0)
+    keep = finite_t & ~nan_row & ~zero_quat
+    times, values = times[keep], values[keep]
+    if len(times) == 0:
+        raise StreamError("stream has no valid samples (all times non-finite or all rows NaN)")
+
+    steps = np.diff(times)
+    unsorted = int(np.count_nonzero(steps < 0))
+    if unsorted:
+        order = np.argsort(times, kind="stable")
+        times, values = times[order], values[order]
+    dup = np.diff(times) == 0  # [T-1]; True where row i+1 repeats row i's time
+    duplicates = int(np.count_nonzero(dup))
+    if len(times) > 1 and duplicates == len(times) - 1:
+        raise StreamError(f"all {len(times)} timestamps are equal ({times[0]!r}): constant clock")
+    if duplicates:
+        last_of_run = np.append(~dup, True)  # keep the last row of each run of equal times
+        times, values = times[last_of_run], values[last_of_run]
+    if strict and (unsorted or duplicates):
+        raise StreamError(f"timestamps need repair ({unsorted} out of order, {duplicates} duplicated)"
+                          " and the timestamp policy is 'reject'")
+    if method == "slerp":
+        values = _hemisphere_fixed(_normalised(values))
+    repairs = Repairs(nonfinite_time=int(np.count_nonzero(~finite_t)), nan_rows=int(np.count_nonzero(nan_row)),
+                      unsorted=unsorted, duplicate_time=duplicates, zero_quaternion=int(np.count_nonzero(zero_quat)))
+    return Stream(times=times, values=values, repairs=repairs)
+
+
+def _normalised(q: np.ndarray) -> np.ndarray:  # [T, 4] -> [T, 4]
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+def _hemisphere_fixed(q: np.ndarray) -> np.ndarray:  # [T, 4] -> [T, 4]
+    """Flip signs so consecutive quaternions have a non-negative dot product (q and -q are one rotation)."""
+    if len(q) < 2:
+        return q
+    dots = np.einsum("ij,ij->i", q[1:], q[:-1])  # [T-1]
+    signs = np.cumprod(np.where(dots < 0, -1.0, 1.0))
+    return q * np.concatenate([[1.0], signs])[:, None]
+
+
+def resample(stream: Stream, query: np.ndarray, method: str, max_gap: float | None = None,
+             valid_range: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Evaluate `stream` at `query` times; returns (values [Q, N], valid [Q] bool).
+
+    Invalid steps carry the edge value (first, last, or the sample before a gap); padding them is the
+    window's job. `valid_range` further limits validity (the episode's extent).
+    """
+    if method not in METHODS:
+        raise StreamError(f"unknown interpolation {method!r}; use one of {', '.join(METHODS)}")
+    t, v = stream.times, stream.values
+    n = len(t)
+    if max_gap is None:
+        max_gap = DEFAULT_GAP_FACTOR * stream.median_period
+    q = np.asarray(query, dtype=np.float64)  # [Q]
+
+    i = np.searchsorted(t, q + TIME_EPS, side="right") - 1  # last sample at or before q
+    before = i < 0
+    i = np.clip(i, 0, n - 1)
+    j = np.minimum(i + 1, n - 1)
+    at_sample = ~before & (np.abs(q - t[i]) <= TIME_EPS)
+    after = (i == n - 1) & ~at_sample & ~before
+    inside = ~before & ~after
+    span = t[j] - t[i]  # [Q]; 0 at the last sample
+    in_gap = inside & ~at_sample & (span > max_gap)
+    valid = inside & ~in_gap
+    if valid_range is not None:
+        valid &= (q >= valid_range[0] - TIME_EPS) & (q <= valid_range[1] + TIME_EPS)
+    interior = inside & ~in_gap & ~at_sample  # strictly between two samples, interpolate
+
+    if method == "hold":
+        return v[i], valid
+    if method == "nearest":
+        take_j = interior & ((t[j] - q) < (q - t[i]))
+        return v[np.where(take_j, j, i)], valid
+
+    frac = np.zeros_like(q)
+    np.divide(q - t[i], span, out=frac, where=interior)
+    if method == "linear":
+        out = v[i].copy()
+        out[interior] = v[i][interior] + (v[j][interior] - v[i][interior]) * frac[interior, None]
+        return out, valid
+    return _slerp(v[i], v[j], frac, interior), valid
+
+
+def _slerp(qa: np.ndarray, qb: np.ndarray, frac: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """Great-arc interpolation of unit quaternions [Q, 4] (hemisphere already fixed); order-agnostic."""
+    out = qa.copy()
+    a, b, f = qa[where], qb[where], frac[where][:, None]
+    dot = np.clip(np.einsum("ij,ij->i", a, b), -1.0, 1.0)[:, None]
+    theta = np.arccos(dot)
+    small = theta < 1e-3
+    sin_t = np.sin(theta)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        arc = (np.sin((1.0 - f) * theta) * a + np.sin(f * theta) * b) / sin_t
+    lerp = a + (b - a) * f
+    mixed = np.where(small, lerp, arc)
+    out[where] = mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
+    return out

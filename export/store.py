@@ -1,0 +1,313 @@
+"""The episode store's schema: tables, fields, kinds and declarations (docs/store-format.md).
+
+Opening a store reads only Parquet footers and the `episode_id` columns, so it is cheap for any store
+size. Structural problems are collected as `Problem`s instead of raised one at a time, so `validate`
+can report all of them; `StoreSchema.raise_if_errors` turns them into one user error for `export`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from export.errors import UserError
+from export.resample import METHODS, QUAT_ORDERS
+from reader.format import FIELD_RE, MASK_SUFFIX, META_FIELD
+
+KINDS = ("timeseries", "video", "image", "text", "value")
+RESERVED_COLUMNS = ("episode_id", "split", "start_s", "end_s")
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+VIDEO_EXTS = (".mp4", ".mkv", ".avi", ".webm", ".mov")
+DECL_KEYS = {"kind", "interpolation", "names", "units", "max_gap_s", "time_unit", "quaternion_order", "fps"}
+STORE_YAML = "store.yaml"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the store; `error` problems make it non-exportable."""
+
+    severity: str  # "error" | "warning"
+    message: str
+    episode: str | None = None
+    field: str | None = None
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        where = ", ".join(p for p in (f"episode {self.episode!r}" if self.episode else "",
+                                      f"field {self.field!r}" if self.field else "") if p)
+        text = f"{self.severity}: {where + ': ' if where else ''}{self.message}"
+        return text + (f" (fix: {self.hint})" if self.hint else "")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    table: str  # parquet file name
+    kind: str
+    arrow_type: str
+    interpolation: str | None = None  # timeseries / video
+    value_dtype: str | None = None  # numpy dtype of the stored values
+    names: tuple[str, ...] | None = None
+    units: str | tuple[str, ...] | None = None
+    max_gap_s: float | None = None
+    time_unit: str = "s"
+    quaternion_order: str | None = None
+    fps: float | None = None
+    declared: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if v is not None and k not in ("name", "declared")}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
+@dataclass
+class StoreSchema:
+    root: Path
+    tables: dict[str, list[str]]  # parquet file -> its field columns
+    fields: dict[str, FieldSpec]
+    episode_ids: list[str]  # sorted
+    rows: dict[str, dict[str, tuple[int, int]]]  # table -> episode_id -> (row group, row in group)
+    reserved: dict[str, str]  # reserved column -> table holding it
+    clock: str | None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    def raise_if_errors(self) -> None:
+        errors = self.errors
+        if errors:
+            listed = "\n  ".join(str(p) for p in errors[:20])
+            more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
+            raise UserError(f"store {self.root} has {len(errors)} problem(s):\n  {listed}{more}",
+                            hint="run `robowds validate STORE` for the full report")
+
+    def timeseries(self) -> list[FieldSpec]:
+        return [f for f in self.fields.values() if f.kind == "timeseries"]
+
+
+def _infer(name: str, table: str, typ: pa.DataType, sample: Any) -> FieldSpec | str:
+    """A FieldSpec from the Arrow type (and one sample value for path strings), or why not."""
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        inner = typ.value_type
+        if pa.types.is_list(inner) or pa.types.is_large_list(inner) or pa.types.is_fixed_size_list(inner):
+            leaf = inner.value_type
+            if pa.types.is_floating(leaf):
+                return FieldSpec(name, table, "timeseries", str(typ), "linear", leaf.to_pandas_dtype().__name__)
+            if pa.types.is_integer(leaf) or pa.types.is_boolean(leaf):
+                return FieldSpec(name, table, "timeseries", str(typ), "hold", leaf.to_pandas_dtype().__name__)
+            return f"time-series values must be numeric, got {leaf}"
+        if pa.types.is_floating(inner) or pa.types.is_integer(inner):
+            return FieldSpec(name, table, "value", str(typ), value_dtype=inner.to_pandas_dtype().__name__)
+        return f"unsupported list type {typ}"
+    if pa.types.is_struct(typ):
+        names = {typ.field(i).name for i in range(typ.num_fields)}
+        if {"path", "fps"} <= names and names <= {"path", "fps", "start_s", "end_s", "clock_offset_s"}:
+            return FieldSpec(name, table, "video", str(typ), "nearest")
+        return f"unsupported struct {typ} (a video struct has path, fps, start_s, end_s, clock_offset_s)"
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        text = str(sample or "").lower()
+        if text.endswith(IMAGE_EXTS):
+            return FieldSpec(name, table, "image", str(typ))
+        if text.endswith(VIDEO_EXTS):
+            return FieldSpec(name, table, "video", str(typ), "nearest")
+        return FieldSpec(name, table, "text", str(typ))
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        return FieldSpec(name, table, "image", str(typ))
+    if pa.types.is_floating(typ) or pa.types.is_integer(typ) or pa.types.is_boolean(typ):
+        return FieldSpec(name, table, "value", str(typ), value_dtype=typ.to_pandas_dtype().__name__)
+    return f"unsupported column type {typ}"
+
+
+def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, dict[str, Any]], str | None]:
+    path = root / STORE_YAML
+    if not path.exists():
+        return {}, None
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        problems.append(Problem("error", f"{STORE_YAML} is not valid YAML: {exc}"))
+        return {}, None
+    if not isinstance(doc, dict):
+        problems.append(Problem("error", f"{STORE_YAML} must be a mapping"))
+        return {}, None
+    unknown = set(doc) - {"version", "clock", "fields"}
+    if unknown:
+        problems.append(Problem("error", f"{STORE_YAML}: unknown key(s) {sorted(unknown)}",
+                                hint="known: version, clock, fields"))
+    if doc.get("version", 1) != 1:
+        problems.append(Problem("error", f"{STORE_YAML}: version {doc.get('version')!r} is not supported (1)"))
+    decls = doc.get("fields") or {}
+    for name, decl in decls.items():
+        if not isinstance(decl, dict):
+            problems.append(Problem("error", f"{STORE_YAML}: declaration must be a mapping", field=name))
+            continue
+        bad = set(decl) - DECL_KEYS
+        if bad:
+            problems.append(Problem("error", f"{STORE_YAML}: unknown declaration key(s) {sorted(bad)}",
+                                    field=name, hint=f"known: {', '.join(sorted(DECL_KEYS))}"))
+    return decls, doc.get("clock")
+
+
+def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> FieldSpec:
+    """Overlay a declaration on the inferred spec, checking each declared value."""
+    def bad(msg: str, hint: str | None = None) -> FieldSpec:
+        problems.append(Problem("error", f"{STORE_YAML}: {msg}", field=spec.name, hint=hint))
+        return spec
+
+    kind = decl.get("kind", spec.kind)
+    if kind not in KINDS:
+        return bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    if kind != spec.kind and not (spec.kind in ("text", "image", "video") and kind in ("text", "image", "video")
+                                  and spec.arrow_type in ("string", "large_string")):
+        return bad(f"declared kind {kind!r} does not fit the column type {spec.arrow_type} (inferred {spec.kind!r})")
+    interp = decl.get("interpolation", spec.interpolation if kind == spec.kind else "nearest")
+    if kind == "timeseries" and interp not in METHODS:
+        return bad(f"interpolation {interp!r} is not one of {', '.join(METHODS)}")
+    order = decl.get("quaternion_order")
+    if interp == "slerp" and order not in QUAT_ORDERS:
+        return bad("slerp needs quaternion_order: xyzw or wxyz", hint="declare quaternion_order")
+    time_unit = decl.get("time_unit", "s")
+    if time_unit not in ("s", "ns"):
+        return bad(f"time_unit {time_unit!r} must be s or ns")
+    names = decl.get("names")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        return bad("names must be a list of strings")
+    units = decl.get("units")
+    max_gap = decl.get("max_gap_s")
+    if max_gap is not None and not (isinstance(max_gap, (int, float)) and max_gap > 0):
+        return bad(f"max_gap_s must be a positive number, got {max_gap!r}")
+    fps = decl.get("fps")
+    return FieldSpec(spec.name, spec.table, kind, spec.arrow_type,
+                     interp if kind in ("timeseries", "video") else None, spec.value_dtype,
+                     tuple(names) if names else None, tuple(units) if isinstance(units, list) else units,
+                     float(max_gap) if max_gap is not None else None, time_unit,
+                     order if interp == "slerp" else None, float(fps) if fps else spec.fps, declared=True)
+
+
+def open_store(root: Path) -> StoreSchema:
+    """Read the store's structure (not its data) and collect every structural problem."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"store {root} is not a folder", hint="pass the folder that holds the Parquet tables")
+    problems: list[Problem] = []
+    table_paths = sorted(root.glob("*.parquet"))
+    if not table_paths:
+        raise UserError(f"store {root} has no *.parquet tables", hint="see docs/store-format.md")
+    decls, clock = _load_declarations(root, problems)
+    tables: dict[str, list[str]] = {}
+    fields: dict[str, FieldSpec] = {}
+    rows: dict[str, dict[str, tuple[int, int]]] = {}
+    reserved: dict[str, str] = {}
+    id_sets: dict[str, set[str]] = {}
+    for path in table_paths:
+        name = path.name
+        try:
+            pfile = pq.ParquetFile(path)
+            schema = pfile.schema_arrow
+            if "episode_id" not in schema.names:
+                problems.append(Problem("error", f"table {name} has no episode_id column",
+                                        hint="add an episode_id column (string) with one row per episode"))
+                continue
+            ids_table = pfile.read(columns=["episode_id"])
+            strings = [c for c in schema.names if pa.types.is_string(schema.field(c).type)
+                       or pa.types.is_large_string(schema.field(c).type)]
+            first_row = (pfile.read_row_group(0, columns=strings).slice(0, 1).to_pylist()[0]
+                         if pfile.metadata.num_rows and strings else {})
+        except (pa.ArrowException, OSError) as exc:
+            problems.append(Problem("error", f"table {name} cannot be read as Parquet: {exc}"))
+            continue
+        ids = [str(v) for v in ids_table.column("episode_id").to_pylist()]
+        locs: dict[str, tuple[int, int]] = {}
+        row = 0
+        for group in range(pfile.metadata.num_row_groups):
+            for k in range(pfile.metadata.row_group(group).num_rows):
+                ep = ids[row]
+                if ep in locs:
+                    problems.append(Problem("error", f"episode id appears twice in table {name}", episode=ep))
+                locs[ep] = (group, k)
+                row += 1
+        rows[name] = locs
+        id_sets[name] = set(ids)
+        tables[name] = []
+        for col in schema.names:
+            if col in RESERVED_COLUMNS:
+                if col != "episode_id":
+                    reserved[col] = name
+                continue
+            if col in fields:
+                problems.append(Problem("error", f"column appears in tables {fields[col].table} and {name}",
+                                        field=col, hint="field names must be unique across tables"))
+                continue
+            if not FIELD_RE.match(col) or col.endswith(MASK_SUFFIX) or col == META_FIELD:
+                problems.append(Problem("error", f"field name must match {FIELD_RE.pattern}, not end in "
+                                        f"{MASK_SUFFIX!r} and not be {META_FIELD!r}", field=col,
+                                        hint="rename the column (it becomes a tar member extension)"))
+                continue
+            spec = _infer(col, name, schema.field(col).type, first_row.get(col))
+            if isinstance(spec, str):
+                problems.append(Problem("error", spec, field=col))
+                continue
+            if col in decls and isinstance(decls[col], dict):
+                spec = _apply(spec, decls[col], problems)
+            fields[col] = spec
+            tables[name].append(col)
+    for name in decls:
+        if name not in fields and not any(p.field == name for p in problems):
+            problems.append(Problem("error", f"{STORE_YAML} declares a field that no table has", field=name))
+    for spec in fields.values():
+        if spec.kind == "timeseries" and spec.interpolation == "slerp" and spec.value_dtype not in ("float32", "float64"):
+            problems.append(Problem("error", "slerp needs float quaternion values", field=spec.name))
+        if spec.kind == "timeseries" and spec.value_dtype in ("float16", "float32"):
+            problems.append(Problem("error", f"time series stored as {spec.value_dtype}: column 0 (time) would "
+                                    "lose precision (float32 has ~1 ms resolution after 2 hours)", field=spec.name,
+                                    hint="write list<list<float64>> (values are cast back on export)"))
+        if spec.kind == "video" and spec.fps is None and "struct" not in spec.arrow_type:
+            problems.append(Problem("error", "video path column without fps", field=spec.name,
+                                    hint=f"declare fps for it in {STORE_YAML}"))
+    if clock is not None and (clock not in fields or fields[clock].kind != "timeseries"):
+        problems.append(Problem("error", f"{STORE_YAML}: clock {clock!r} is not a time-series field"))
+    units = {f.time_unit for f in fields.values() if f.kind == "timeseries"}
+    if len(units) > 1:
+        problems.append(Problem("error", "time-series fields mix time_unit s and ns",
+                                hint="declare one time unit for every time-series field"))
+    all_ids = set().union(*id_sets.values()) if id_sets else set()
+    for name, ids in id_sets.items():
+        for ep in sorted(all_ids - ids)[:50]:
+            problems.append(Problem("error", f"missing from table {name} (other tables have it)", episode=ep,
+                                    hint="every table needs one row per episode"))
+    if not fields:
+        problems.append(Problem("error", "the store has no fields besides episode_id"))
+    return StoreSchema(root=root, tables={t: c for t, c in tables.items()}, fields=fields,
+                       episode_ids=sorted(all_ids), rows=rows, reserved=reserved, clock=clock, problems=problems)
+
+
+def fingerprint(root: Path) -> str:
+    """sha256 over the tables and declarations (content) and the media files (path and size)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        digest.update(rel.encode() + b"\0")
+        if path.suffix == ".parquet" or path.name == STORE_YAML:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        else:
+            digest.update(str(path.stat().st_size).encode())
+    return digest.hexdigest()
+
+
+def safe_media_path(root: Path, rel: str) -> Path:
+    """Resolve a media path from a table, refusing anything that leaves the store."""
+    if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts or re.match(r"^[a-z]+:", rel):
+        raise ValueError(f"media path {rel!r} must be relative to the store and stay inside it")
+    path = (root / rel).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise ValueError(f"media path {rel!r} leaves the store")
+    return path

@@ -1,0 +1,58 @@
+"""Window geometry: the episode grid, anchors, per-stream query times, padding. Pure numpy.
+
+The grid of an episode is `t_k = start + k / fps` for integer k in [0, K) with K the number of grid
+points inside [start, end]. A window at anchor k samples stream s at
+`start + k / fps + offset_s + j / rate_hz` for j in [0, steps): every time is computed from integers,
+never accumulated, so windows of one anchor are identical however the anchors are batched.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from export.config import StreamWindow
+from export.resample import TIME_EPS
+
+
+def grid_frame_count(start: float, end: float, fps: float) -> int:
+    """Number of grid points start + k/fps that lie in [start, end] (at least 1)."""
+    if end < start:
+        return 0
+    return int(math.floor((end - start) * fps + 1e-6)) + 1
+
+
+def anchor_frames(frame_count: int, stride: int) -> np.ndarray:  # [W] int64
+    return np.arange(0, frame_count, stride, dtype=np.int64)
+
+
+def query_times(start: float, fps: float, anchors: np.ndarray, window: StreamWindow) -> np.ndarray:
+    """Sample times of `window` for each anchor: [W, steps] float64."""
+    steps = np.arange(window.steps, dtype=np.float64) / window.rate_hz  # [n]
+    anchor_t = start + anchors.astype(np.float64) / fps + window.offset_s  # [W]
+    return anchor_t[:, None] + steps[None, :]
+
+
+def pad_invalid(values: np.ndarray, valid: np.ndarray, pad: str) -> np.ndarray:
+    """Replace invalid steps with zeros (`zero`) or keep the resampler's edge values (`edge`).
+
+    values [W, n, N], valid [W, n] -> [W, n, N]
+    """
+    if pad == "edge":
+        return values
+    out = values.copy()
+    out[~valid] = 0
+    return out
+
+
+def valid_fraction(masks: list[np.ndarray]) -> np.ndarray:
+    """Fraction of real steps over all time-series steps of each window: list of [W, n_s] -> [W]."""
+    if not masks:
+        return np.ones(0)
+    total = sum(m.shape[1] for m in masks)
+    return sum(m.sum(axis=1) for m in masks) / total
+
+
+def extent_contains(start: float, end: float, t: np.ndarray) -> np.ndarray:
+    return (t >= start - TIME_EPS) & (t <= end + TIME_EPS)

@@ -1,0 +1,154 @@
+"""The shard format: how one window becomes a contiguous run of tar members, and back.
+
+A sample is encoded as a self-contained byte blob (ustar headers + data + padding to 512). A shard is
+the concatenation of blobs followed by the two zero blocks that end a tar. Because every blob is
+independent, the exporter can stage blobs per episode and the reducer only copies bytes, and the reader
+can seek to any sample with the manifest's byte offsets.
+
+Tars written here are read by `webdataset.WebDataset`, `wids` and Megatron-Energon (see the interop
+rules in the README): plain ustar, regular files, fixed mtime/uid/mode, `<key>.<field>.<ext>` names with
+no dot in the key, names <= 100 bytes, no pickle.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+import numpy as np
+
+BLOCK = 512
+END_OF_ARCHIVE = b"\0" * (2 * BLOCK)
+MAX_NAME_BYTES = 100
+
+KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,60}$")
+FIELD_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+MASK_SUFFIX = "_mask"
+META_FIELD = "meta"
+
+
+class ShardFormatError(ValueError):
+    """A tar or member that does not follow the shard format (names the shard and byte offset)."""
+
+
+def mask_field(field: str) -> str:
+    return field + MASK_SUFFIX
+
+
+def member_name(key: str, field: str, ext: str) -> str:
+    name = f"{key}.{field}.{ext}"
+    if not KEY_RE.match(key):
+        raise ShardFormatError(f"sample key {key!r} must match {KEY_RE.pattern} (no dots)")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise ShardFormatError(f"member name {name!r} is longer than {MAX_NAME_BYTES} bytes")
+    return name
+
+
+def _tar_header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="ascii", errors="strict")
+
+
+def encode_member(name: str, data: bytes) -> bytes:
+    pad = (-len(data)) % BLOCK
+    return _tar_header(name, len(data)) + data + b"\0" * pad
+
+
+def encode_npy(array: np.ndarray) -> bytes:
+    """`.npy` bytes (version 1.0 header, C order); deterministic for equal arrays."""
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def decode_npy(data: bytes | memoryview) -> np.ndarray:
+    return np.lib.format.read_array(io.BytesIO(bytes(data)), allow_pickle=False)
+
+
+def encode_sample(key: str, members: Mapping[str, bytes]) -> bytes:
+    """One sample as a tar blob; `members` maps '<field>.<ext>' to bytes, written in sorted order."""
+    parts = [encode_member(member_name(key, *_split_suffix(suffix)), data)
+             for suffix, data in sorted(members.items())]
+    return b"".join(parts)
+
+
+def _split_suffix(suffix: str) -> tuple[str, str]:
+    field, _, ext = suffix.partition(".")
+    if not FIELD_RE.match(field) or not ext or ext != ext.lower():
+        raise ShardFormatError(f"member suffix {suffix!r} must be '<field>.<ext>' in lowercase")
+    return field, ext
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    offset: int  # byte offset of the header in the shard
+    data: memoryview
+
+    @property
+    def key(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def suffix(self) -> str:
+        return self.name.split(".", 1)[1] if "." in self.name else ""
+
+
+def iter_members(buf: bytes | memoryview, where: str = "<buffer>", base: int = 0) -> Iterator[Member]:
+    """Members of a tar held in memory; stops at the end-of-archive block.
+
+    Written against the ustar layout instead of `tarfile` so that a corrupt header names its exact
+    byte offset and so members are zero-copy views.
+    """
+    view = memoryview(buf)
+    pos = 0
+    while pos + BLOCK <= len(view):
+        header = bytes(view[pos:pos + BLOCK])
+        if header == b"\0" * BLOCK:
+            return
+        try:
+            info = tarfile.TarInfo.frombuf(header, encoding="utf-8", errors="strict")
+        except tarfile.TarError as exc:
+            raise ShardFormatError(f"{where}: bad tar header at byte {base + pos}: {exc}") from exc
+        start = pos + BLOCK
+        end = start + info.size
+        if end > len(view):
+            raise ShardFormatError(
+                f"{where}: member {info.name!r} at byte {base + pos} is truncated "
+                f"({info.size} bytes announced, {len(view) - start} present)")
+        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            raise ShardFormatError(f"{where}: member {info.name!r} at byte {base + pos} is not a regular file")
+        yield Member(info.name, base + pos, view[start:end])
+        pos = start + info.size + ((-info.size) % BLOCK)
+    if pos != len(view):
+        raise ShardFormatError(f"{where}: tar ends inside a header at byte {base + pos}")
+
+
+def group_samples(members: Iterator[Member], where: str = "<buffer>") -> Iterator[tuple[str, int, dict[str, memoryview]]]:
+    """(key, offset of its first header, {suffix: data}) per contiguous run of members of one key."""
+    key: str | None = None
+    start = 0
+    fields: dict[str, memoryview] = {}
+    seen: set[str] = set()
+    for member in members:
+        if member.key != key:
+            if key is not None:
+                yield key, start, fields
+            key, start, fields = member.key, member.offset, {}
+            if key in seen:
+                raise ShardFormatError(f"{where}: key {key!r} at byte {member.offset} is not contiguous or repeats")
+            seen.add(key)
+        if member.suffix in fields:
+            raise ShardFormatError(f"{where}: duplicate member {member.name!r} at byte {member.offset}")
+        fields[member.suffix] = member.data
+    if key is not None:
+        yield key, start, fields
