@@ -1,0 +1,121 @@
+"""`robowds validate`: everything wrong with a store, before an export trips over it.
+
+Structural checks come from `open_store`; this module adds one pass over every episode's data: the
+same loading and cleaning code the export runs, so what validate accepts the export accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from export.episodes import EpisodeData, EpisodeLoader
+from export.errors import EpisodeError
+from export.resample import StreamError, clean_stream
+from export.store import Problem, StoreSchema, open_store, safe_media_path
+
+REPAIR_TEXT = {"nonfinite_time": "rows with a non-finite time (dropped)",
+               "nan_rows": "rows with NaN values (treated as missing)",
+               "unsorted": "timestamps out of order (will be sorted)",
+               "duplicate_time": "duplicated timestamps (last row kept)",
+               "zero_quaternion": "zero quaternions (dropped)"}
+
+
+@dataclass
+class StoreReport:
+    schema: StoreSchema
+    rates: dict[str, list[float]] = field(default_factory=dict)  # field -> per-episode median rate (Hz)
+    durations: dict[str, float] = field(default_factory=dict)  # episode -> seconds
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def exportable(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    def render(self, verbose: bool = False) -> str:
+        s = self.schema
+        lines = [f"store {s.root}: {len(s.episode_ids)} episodes, {len(s.tables)} tables, {len(s.fields)} fields"]
+        lines.append(f"  {'field':<16} {'table':<22} {'kind':<10} {'type':<8} {'interp':<8} {'rate (Hz)':>10}  source")
+        for name, f in sorted(s.fields.items()):
+            rates = self.rates.get(name)
+            rate = f"{np.median(rates):.2f}" if rates else "-"
+            lines.append(f"  {name:<16} {f.table:<22} {f.kind:<10} {(f.value_dtype or '-'):<8} "
+                         f"{(f.interpolation or '-'):<8} {rate:>10}  {'declared' if f.declared else 'inferred'}")
+        if self.durations:
+            d = np.array(list(self.durations.values()))
+            lines.append(f"  durations: min {d.min():.2f} s, median {np.median(d):.2f} s, max {d.max():.2f} s, "
+                         f"total {d.sum():.1f} s")
+            if verbose:
+                lines += [f"    {ep}: {sec:.3f} s" for ep, sec in sorted(self.durations.items())]
+        errors = [p for p in self.problems if p.severity == "error"]
+        warnings = [p for p in self.problems if p.severity == "warning"]
+        lines += [f"  {p}" for p in errors + warnings]
+        verdict = "exportable" if self.exportable else "NOT exportable"
+        lines.append(f"{verdict}: {len(errors)} error(s), {len(warnings)} warning(s)")
+        return "\n".join(lines)
+
+
+def validate_store(root: Path) -> StoreReport:
+    schema = open_store(Path(root))
+    report = StoreReport(schema, problems=list(schema.problems))
+    if schema.errors:
+        return report  # data checks would only repeat the structural errors per episode
+    loader = EpisodeLoader(schema, list(schema.fields))
+    pending = list(schema.episode_ids)
+    while pending:
+        episodes = loader.load(pending)
+        try:
+            for data in episodes:
+                pending.pop(0)
+                _check_episode(schema, data, report)
+        except EpisodeError as exc:
+            report.problems.append(Problem("error", exc.reason, episode=exc.episode_id, field=exc.field, hint=exc.hint))
+            pending.pop(0)
+    return report
+
+
+def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) -> None:
+    ep = data.episode_id
+    starts, ends = [], []
+    for name, raw in data.streams.items():
+        spec = schema.fields[name]
+        if raw.shape[0] == 0:
+            report.problems.append(Problem("error", "empty time series (no samples)", ep, name))
+            continue
+        try:
+            stream = clean_stream(raw, spec.interpolation or "linear")
+        except StreamError as exc:
+            report.problems.append(Problem("error", str(exc), ep, name, hint="fix the timestamps in the store"))
+            continue
+        if spec.names and len(spec.names) != raw.shape[1] - 1:
+            report.problems.append(Problem("error", f"declares {len(spec.names)} names but has {raw.shape[1] - 1} "
+                                           "value columns", ep, name, hint="fix names in store.yaml"))
+        for kind, count in stream.repairs.as_dict().items():
+            if count:
+                report.problems.append(Problem("warning", f"{count} {REPAIR_TEXT[kind]}", ep, name))
+        if len(stream.times) < 2:
+            report.problems.append(Problem("error", f"too short: {len(stream.times)} valid sample(s), need >= 2",
+                                           ep, name))
+            continue
+        report.rates.setdefault(name, []).append(1.0 / stream.median_period)
+        if schema.clock in (None, name):
+            starts.append(stream.times[0])
+            ends.append(stream.times[-1])
+    start = data.start_s if data.start_s is not None else min(starts, default=None)
+    end = data.end_s if data.end_s is not None else max(ends, default=None)
+    if start is not None and end is not None:
+        if end <= start:
+            report.problems.append(Problem("error", f"episode is too short: extent [{start}, {end}] s", ep))
+        else:
+            report.durations[ep] = float(end - start)
+    for name, video in data.videos.items():
+        try:
+            path = safe_media_path(schema.root, str(video.get("path")))
+        except ValueError as exc:
+            report.problems.append(Problem("error", str(exc), ep, name))
+            continue
+        if not path.is_file():
+            report.problems.append(Problem("error", f"video file {video.get('path')!r} is missing", ep, name,
+                                           hint="fix the path (relative to the store) or add the file"))

@@ -1,0 +1,159 @@
+"""`robowds verify OUT [--store STORE]`: prove the shards are what the manifest says they are.
+
+Checks every shard's size and sha256, parses every tar member, compares sample keys, counts and byte
+offsets with the manifest, decodes every member against the field schema; with `--store`, recomputes
+a seeded random subset of windows from the source with the export's own code and compares bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from export.errors import UserError
+from reader.format import ShardFormatError, decode_npy, group_samples, iter_members
+from reader.manifest import MANIFEST_NAME, ManifestError, ShardInfo, parse_manifest, shards_of
+
+IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
+
+
+@dataclass
+class VerifyResult:
+    shards: int = 0
+    samples: int = 0
+    recomputed: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def render(self) -> str:
+        head = (f"verified {self.shards} shards, {self.samples} samples"
+                + (f", {self.recomputed} windows recomputed from the store" if self.recomputed else ""))
+        if self.ok:
+            return head + ": OK"
+        shown = "\n  ".join(self.failures[:50])
+        more = f"\n  ... and {len(self.failures) - 50} more" if len(self.failures) > 50 else ""
+        return f"{head}: {len(self.failures)} problem(s)\n  {shown}{more}"
+
+
+def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str, memoryview]) -> list[str]:
+    """Problems of one decoded sample against the manifest's field schema (empty list = fine)."""
+    problems = []
+    expected = set()
+    for name, spec in schema.items():
+        kind = spec["kind"]
+        if kind == "timeseries":
+            expected |= {spec["member"], spec["mask_member"]}
+            if spec["member"] not in members or spec["mask_member"] not in members:
+                problems.append(f"field {name!r} or its mask is missing")
+                continue
+            values, mask = decode_npy(members[spec["member"]]), decode_npy(members[spec["mask_member"]])
+            shape = tuple(spec["shape"])
+            if values.dtype.name != spec["dtype"] or values.shape != shape:
+                problems.append(f"field {name!r}: {values.dtype.name}{list(values.shape)}, schema says "
+                                f"{spec['dtype']}{list(shape)}")
+            if mask.dtype != np.bool_ or mask.shape != shape[:1]:
+                problems.append(f"mask of {name!r}: {mask.dtype.name}{list(mask.shape)}, expected bool[{shape[0]}]")
+            elif spec["pad"] == "zero" and values.shape == shape and np.any(values[~mask] != 0):
+                problems.append(f"field {name!r}: padded steps are not zero")
+        elif kind == "text":
+            expected.add(spec["member"])
+            try:
+                bytes(members[spec["member"]]).decode("utf-8")
+            except (KeyError, UnicodeDecodeError) as exc:
+                problems.append(f"text field {name!r}: {type(exc).__name__}")
+        elif kind == "image":
+            found = [f"{name}.{ext}" for ext in IMAGE_EXTS if f"{name}.{ext}" in members]
+            expected |= set(found)
+            if len(found) != 1:
+                problems.append(f"image field {name!r}: {len(found)} members")
+                continue
+            try:
+                Image.open(io.BytesIO(bytes(members[found[0]]))).convert("RGB")
+            except Exception as exc:  # Pillow raises many types for bad data
+                problems.append(f"image field {name!r} does not decode: {exc}")
+        elif kind == "value":
+            expected.add(spec["member"])
+            try:
+                decode_npy(members[spec["member"]])
+            except (KeyError, ValueError) as exc:
+                problems.append(f"value field {name!r}: {exc}")
+        elif kind == "meta":
+            expected.add(spec["member"])
+            try:
+                meta = json.loads(bytes(members[spec["member"]]))
+                if meta.get("split") != split or set(meta) != set(spec["keys"]):
+                    problems.append(f"meta.json {meta} does not match split {split!r} / keys {spec['keys']}")
+            except (KeyError, json.JSONDecodeError) as exc:
+                problems.append(f"meta.json: {type(exc).__name__}")
+    extra = set(members) - expected
+    if extra:
+        problems.append(f"unexpected members {sorted(extra)}")
+    return problems
+
+
+def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any], result: VerifyResult,
+                 keys: set[str]) -> None:
+    path = root / shard.path
+    where = f"shard {shard.path}"
+    if not path.is_file():
+        result.failures.append(f"{where}: missing")
+        return
+    size = path.stat().st_size
+    if size != shard.bytes:
+        result.failures.append(f"{where}: {size} bytes, manifest says {shard.bytes}")
+        return
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != shard.sha256:
+        result.failures.append(f"{where}: sha256 does not match the manifest")
+    try:
+        samples = list(group_samples(iter_members(data, where), where))
+        offsets = [off for _, off, _ in samples]
+        if len(samples) != shard.samples:
+            result.failures.append(f"{where}: {len(samples)} samples, manifest says {shard.samples}")
+        elif tuple(offsets) != shard.offsets:
+            bad = next(i for i, (a, b) in enumerate(zip(offsets, shard.offsets)) if a != b)
+            result.failures.append(f"{where}: sample {bad} ({samples[bad][0]}) at byte {offsets[bad]}, "
+                                   f"manifest says {shard.offsets[bad]}")
+        for key, offset, members in samples:
+            if key in keys:
+                result.failures.append(f"{where}: key {key} at byte {offset} is not unique in the dataset")
+            keys.add(key)
+            for problem in check_sample(schema, split, key, members):
+                result.failures.append(f"{where}: key {key} (byte {offset}): {problem}")
+        result.samples += len(samples)
+    except (ShardFormatError, ValueError) as exc:
+        result.failures.append(str(exc))
+    result.shards += 1
+
+
+def verify_export(out: Path, store: Path | None = None, check_windows: int = 32, seed: int = 0,
+                  progress: bool = True) -> VerifyResult:
+    out = Path(out)
+    manifest_path = out / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
+    try:
+        manifest = parse_manifest(manifest_path.read_bytes(), str(manifest_path))
+    except ManifestError as exc:
+        raise UserError(str(exc)) from exc
+    result = VerifyResult()
+    keys: set[str] = set()
+    jobs = [(split, shard) for split in sorted(manifest["splits"]) for shard in shards_of(manifest, split)]
+    for split, shard in tqdm(jobs, desc="verify", unit="shard", disable=not progress):
+        _check_shard(out, split, shard, manifest["schema"], result, keys)
+    if store is not None and result.ok:
+        from export.recompute import recompute_windows
+
+        recompute_windows(out, manifest, Path(store), check_windows, seed, result)
+    return result
