@@ -7,7 +7,7 @@ Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
 * `clean_stream` turns a raw `[T, N+1]` stream into strictly increasing times: rows with a non-finite
   time or any NaN value are dropped (missing samples), unsorted rows are stably sorted, rows with an
   exactly duplicated time collapse to the last one. Every repair is counted. A stream whose times are
-  all equal is rejected.
+  all equal, or with fewer than 2 valid samples, is rejected.
 * `resample` evaluates the stream at query times with `linear`, `slerp`, `hold` or `nearest`:
     - before the first sample / after the last: the first / last value, valid = False;
     - strictly inside a gap longer than `max_gap` (default 2.5 x the median period): the value of the
@@ -29,6 +29,7 @@ import numpy as np
 
 TIME_EPS = 1e-9
 DEFAULT_GAP_FACTOR = 2.5
+MIN_SAMPLES = 2
 Method = Literal["linear", "slerp", "hold", "nearest"]
 METHODS: tuple[str, ...] = ("linear", "slerp", "hold", "nearest")
 QUAT_ORDERS: tuple[str, ...] = ("xyzw", "wxyz")  # slerp itself is invariant to component order
@@ -109,10 +110,13 @@ def clean_stream(raw: np.ndarray, method: str = "linear", time_scale: float = 1.
     dup = np.diff(times) == 0  # [T-1]; True where row i+1 repeats row i's time
     duplicates = int(np.count_nonzero(dup))
     if len(times) > 1 and duplicates == len(times) - 1:
-        raise StreamError(f"all {len(times)} timestamps are equal ({times[0]!r}): constant clock")
+        raise StreamError(f"all {len(times)} timestamps are equal ({float(times[0])}): constant clock")
     if duplicates:
         last_of_run = np.append(~dup, True)  # keep the last row of each run of equal times
         times, values = times[last_of_run], values[last_of_run]
+    if len(times) - duplicates < MIN_SAMPLES:
+        raise StreamError(f"too short: {len(times) - duplicates} valid sample(s), need >= {MIN_SAMPLES} "
+                          "(no rate or gap can be told from fewer)")
     if strict and (unsorted or duplicates):
         raise StreamError(f"timestamps need repair ({unsorted} out of order, {duplicates} duplicated)"
                           " and the timestamp policy is 'reject'")

@@ -208,6 +208,7 @@ def open_store(root: Path) -> StoreSchema:
     rows: dict[str, dict[str, tuple[int, int]]] = {}
     reserved: dict[str, str] = {}
     id_sets: dict[str, set[str]] = {}
+    unread: set[str] = set()  # columns of tables that could not be opened: no second error for them
     for path in table_paths:
         name = path.name
         try:
@@ -216,6 +217,7 @@ def open_store(root: Path) -> StoreSchema:
             if "episode_id" not in schema.names:
                 problems.append(Problem("error", f"table {name} has no episode_id column",
                                         hint="add an episode_id column (string) with one row per episode"))
+                unread |= set(schema.names)
                 continue
             ids_table = pfile.read(columns=["episode_id"])
             strings = [c for c in schema.names if pa.types.is_string(schema.field(c).type)
@@ -261,7 +263,7 @@ def open_store(root: Path) -> StoreSchema:
             fields[col] = spec
             tables[name].append(col)
     for name in decls:
-        if name not in fields and not any(p.field == name for p in problems):
+        if name not in fields and name not in unread and not any(p.field == name for p in problems):
             problems.append(Problem("error", f"{STORE_YAML} declares a field that no table has", field=name))
     for spec in fields.values():
         if spec.kind == "timeseries" and spec.interpolation == "slerp" and spec.value_dtype not in ("float32", "float64"):
