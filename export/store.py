@@ -1,4 +1,4 @@
-"""The episode store's schema: tables, fields, kinds and declarations (docs/store-format.md).
+"""The episode store's schema: tables, fields, kinds and declarations (the README, section "The episode store").
 
 Opening a store reads only Parquet footers and the `episode_id` columns, so it is cheap for any store
 size. Structural problems are collected as `Problem`s instead of raised one at a time, so `validate`
@@ -201,7 +201,7 @@ def open_store(root: Path) -> StoreSchema:
     problems: list[Problem] = []
     table_paths = sorted(root.glob("*.parquet"))
     if not table_paths:
-        raise UserError(f"store {root} has no *.parquet tables", hint="see docs/store-format.md")
+        raise UserError(f"store {root} has no *.parquet tables", hint="see the README, section 'The episode store'")
     decls, clock = _load_declarations(root, problems)
     tables: dict[str, list[str]] = {}
     fields: dict[str, FieldSpec] = {}

@@ -1,4 +1,4 @@
-"""Deterministic synthetic episode store (see docs/store-format.md).
+"""Deterministic synthetic episode store (see the README, section "The episode store").
 
 The store is meant to exercise the awkward parts of export, not to look pretty: streams at different
 rates on one shared clock, a jittery IMU with a dropout, a held discrete command, quaternions with a
