@@ -198,3 +198,16 @@ def test_verify_names_shard_and_key_on_corruption(store: Path, exported: Path, t
     path.write_bytes(bytes(data[: len(data) // 2]))
     assert main(["verify", str(out), "--quiet"]) == 1
     assert f"shard {shard['path']}: {len(data) // 2} bytes, manifest says {len(data)}" in capsys.readouterr().out
+
+
+def test_console_script_and_errors_without_traceback(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "robowds"
+    if not script.exists():
+        pytest.skip("robowds is not installed in this interpreter's environment")
+    store = tmp_path / "s"
+    subprocess.run([str(script), "synth", str(store), "--episodes", "2"], check=True, capture_output=True)
+    bad = subprocess.run([str(script), "export", str(store), str(store / "out")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("robowds export: error: output folder") and "must not be inside the store" in bad.stderr
+    missing = subprocess.run([str(script), "validate", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "is not a folder" in missing.stderr and "Traceback" not in missing.stderr
