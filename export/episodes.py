@@ -142,19 +142,29 @@ class EpisodeLoader:
         return blob, ext
 
     def _relative_ns(self, data: EpisodeData) -> None:
-        """int64-ns streams: subtract one common integer origin before going to float64 seconds."""
-        ns = [n for n in data.streams if self.schema.fields[n].time_unit == "ns"]
+        ns = {n: a for n, a in data.streams.items() if self.schema.fields[n].time_unit == "ns"}
         if not ns:
             return
-        firsts = [int(data.streams[n][:, 0].min()) for n in ns if len(data.streams[n])]
-        origin = min(firsts) if firsts else 0
-        for n in ns:
-            arr = data.streams[n]
+        for n, arr in ns.items():
             if arr.dtype.kind not in "iu":
-                raise EpisodeError(data.episode_id, n, "time_unit ns needs int64 time series")
-            times = (arr[:, 0].astype(np.int64) - origin).astype(np.float64) * 1e-9
-            data.streams[n] = np.column_stack([times, arr[:, 1:]])
+                raise EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column")
+        converted, origin = ns_to_seconds(ns)
+        data.streams.update(converted)
         data.time_origin_ns = origin
         for bound in ("start_s", "end_s"):
             if getattr(data, bound) is not None:
                 setattr(data, bound, getattr(data, bound) - origin * 1e-9)
+
+
+def ns_to_seconds(streams: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """int64-nanosecond `[T, N+1]` streams -> float64 seconds since their common first time.
+
+    The origin is subtracted in int64 before converting, so times 1 ns apart stay distinct (float64 of
+    1.7e18 ns itself only resolves 256 ns)."""
+    firsts = [int(a[:, 0].min()) for a in streams.values() if len(a)]
+    origin = min(firsts) if firsts else 0
+    out = {}
+    for name, arr in streams.items():
+        times = (arr[:, 0].astype(np.int64) - origin).astype(np.float64) * 1e-9  # [T]
+        out[name] = np.column_stack([times, arr[:, 1:].astype(np.float64)])
+    return out, origin

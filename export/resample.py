@@ -2,10 +2,10 @@
 
 Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
 
-* Times are float64 seconds. Two times closer than `TIME_EPS` (1 ns) count as equal, so a grid time
+* Times are float64 seconds. Two times at most `TIME_EPS` (1 ns) apart count as equal, so a grid time
   computed as `t0 + k / fps` that lands 1e-16 s past a sample still selects that sample.
 * `clean_stream` turns a raw `[T, N+1]` stream into strictly increasing times: rows with a non-finite
-  time or any NaN value are dropped (missing samples), unsorted rows are stably sorted, rows with an
+  time or any NaN or infinite value are dropped (missing samples), unsorted rows are stably sorted, rows with an
   exactly duplicated time collapse to the last one. Every repair is counted. A stream whose times are
   all equal, or with fewer than 2 valid samples, is rejected.
 * `resample` evaluates the stream at query times with `linear`, `slerp`, `hold` or `nearest`:
@@ -71,25 +71,25 @@ class Stream:
         return float(np.median(np.diff(self.times)))
 
 
-def clean_stream(raw: np.ndarray, method: str = "linear", time_scale: float = 1.0,
-                 strict: bool = False) -> Stream:
-    """Clean a `[T, N+1]` array (column 0 = time) into a `Stream`.
+def clean_stream(raw: np.ndarray, method: str = "linear", strict: bool = False) -> Stream:
+    """Clean a `[T, N+1]` array (column 0 = time in seconds) into a `Stream`.
 
-    `time_scale` converts column 0 to seconds (1e-9 for int64 ns). With `strict`, any repair other
-    than dropping missing samples raises instead of being counted.
+    Integer-nanosecond clocks are converted before this, relative to an integer origin
+    (`export.episodes.ns_to_seconds`), so that distinct nanosecond times stay distinct in float64.
+    With `strict`, any repair other than dropping missing samples raises instead of being counted.
     """
     if raw.ndim != 2 or raw.shape[1] < 2:
         raise StreamError(f"expected a [T, N+1] array with N >= 1, got shape {list(raw.shape)}")
     if raw.shape[0] == 0:
         raise StreamError("stream has no samples")
-    times = raw[:, 0].astype(np.float64) * time_scale  # [T]
+    times = raw[:, 0].astype(np.float64)  # [T]
     values = raw[:, 1:]  # [T, N]
     if method in ("linear", "slerp"):
         values = values.astype(np.float64)
 
     finite_t = np.isfinite(times)
     if values.dtype.kind == "f":
-        nan_row = np.isnan(values).any(axis=1) & finite_t
+        nan_row = ~np.isfinite(values).all(axis=1) & finite_t  # NaN or infinite: a missing sample
     else:
         nan_row = np.zeros(len(times), dtype=bool)
     zero_quat = np.zeros(len(times), dtype=bool)
@@ -114,8 +114,8 @@ def clean_stream(raw: np.ndarray, method: str = "linear", time_scale: float = 1.
     if duplicates:
         last_of_run = np.append(~dup, True)  # keep the last row of each run of equal times
         times, values = times[last_of_run], values[last_of_run]
-    if len(times) - duplicates < MIN_SAMPLES:
-        raise StreamError(f"too short: {len(times) - duplicates} valid sample(s), need >= {MIN_SAMPLES} "
+    if len(times) < MIN_SAMPLES:
+        raise StreamError(f"too short: {len(times)} valid sample(s), need >= {MIN_SAMPLES} "
                           "(no rate or gap can be told from fewer)")
     if strict and (unsorted or duplicates):
         raise StreamError(f"timestamps need repair ({unsorted} out of order, {duplicates} duplicated)"
@@ -155,7 +155,11 @@ def resample(stream: Stream, query: np.ndarray, method: str, max_gap: float | No
         max_gap = DEFAULT_GAP_FACTOR * stream.median_period
     q = np.asarray(query, dtype=np.float64)  # [Q]
 
-    i = np.searchsorted(t, q + TIME_EPS, side="right") - 1  # last sample at or before q
+    # the last sample at or before q, or the next one when it is within TIME_EPS after q; `at_sample`
+    # below uses the same difference, so selection and "at a sample" never disagree at the boundary
+    i = np.searchsorted(t, q, side="right") - 1
+    nxt = np.minimum(i + 1, n - 1)
+    i = np.where((i + 1 < n) & (t[nxt] - q <= TIME_EPS), i + 1, i)
     before = i < 0
     i = np.clip(i, 0, n - 1)
     j = np.minimum(i + 1, n - 1)

@@ -9,8 +9,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from export.resample import METHODS, TIME_EPS, Repairs, Stream, StreamError, clean_stream, resample
+from export.episodes import ns_to_seconds
 
-EPS = TIME_EPS
 S225, C225 = math.sin(math.radians(22.5)), math.cos(math.radians(22.5))
 
 
@@ -31,11 +31,9 @@ TINY_T = [0.0, 1.0, 2.0]
 TINY_V = [[0.0], [10.0], [20.0]]
 TINY_Q = [-0.5, 0.0, 0.25, 0.75, 1.0, 1.5, 2.0, 2.5]
 TINY_VALID = [False, True, True, True, True, True, True, False]
-TINY_EXPECTED = {
-    "linear": [0.0, 0.0, 2.5, 7.5, 10.0, 15.0, 20.0, 20.0],
-    "hold": [0.0, 0.0, 0.0, 0.0, 10.0, 10.0, 20.0, 20.0],
-    "nearest": [0.0, 0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0],  # 1.5 is a tie -> earlier sample
-}
+TINY_EXPECTED = {"linear": [0.0, 0.0, 2.5, 7.5, 10.0, 15.0, 20.0, 20.0],
+                 "hold": [0.0, 0.0, 0.0, 0.0, 10.0, 10.0, 20.0, 20.0],
+                 "nearest": [0.0, 0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0]}  # 1.5 is a tie -> earlier
 
 
 @pytest.mark.parametrize("method", ["linear", "hold", "nearest"])
@@ -57,8 +55,7 @@ def test_tiny_stream_slerp_exact_values() -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_query_within_time_eps_of_a_sample_selects_it_exactly(method: str) -> None:
-    quats = [_zquat(0), _zquat(40), _zquat(80)]
-    s = _stream(TINY_T, quats, method)
+    s = _stream(TINY_T, [_zquat(0), _zquat(40), _zquat(80)], method)
     q = np.array([-1e-12, 1e-12, 1.0 - 1e-12, 1.0 + 1e-12, 2.0 - 1e-12, 2.0 + 1e-12])
     out, valid = resample(s, q, method)
     np.testing.assert_array_equal(out, s.values[[0, 0, 1, 1, 2, 2]])
@@ -68,9 +65,6 @@ def test_query_within_time_eps_of_a_sample_selects_it_exactly(method: str) -> No
 Q_JUST_OUT = 0.29999999899999996  # 1.0000000272e-9 s before 0.3: just over TIME_EPS, so not "at" 0.3
 
 
-@pytest.mark.xfail(strict=True, reason="sample selection (searchsorted(t, q + TIME_EPS)) and at_sample "
-                   "(|q - t[i]| <= TIME_EPS) round differently: a query just over TIME_EPS before a sample "
-                   "selects it without being 'at' it, so it is treated as lying after it")
 @pytest.mark.parametrize("times, vals, expected, expected_valid", [
     ([0.3, 1.3], [0, 100], 0.0, False),  # before the first sample (got -1e-7, valid)
     ([-0.7, 0.3], [0, 100], 100.0 - 1e-7, True),  # just before the last sample (got 100, invalid)
@@ -149,13 +143,9 @@ def test_integer_values_keep_their_dtype(method: str) -> None:
     assert s.values.dtype == np.float64 and resample(s, np.array([0.5]), "linear")[0][0, 0] == 5.0
 
 
-def test_single_sample_stream_and_unknown_method() -> None:
-    s = _stream([5.0], [[1.0]])
-    out, valid = resample(s, np.array([4.0, 5.0, 5.0 + 1e-12, 6.0]), "linear")
-    np.testing.assert_array_equal(out[:, 0], [1.0] * 4)
-    np.testing.assert_array_equal(valid, [False, True, True, False])
+def test_unknown_method_raises() -> None:
     with pytest.raises(StreamError):
-        resample(s, np.array([5.0]), "cubic")
+        resample(_stream(TINY_T, TINY_V), np.array([0.5]), "cubic")
 
 
 # --- 2. clean_stream repairs ---
@@ -177,20 +167,28 @@ def test_unsorted_rows_are_stably_sorted_and_counted() -> None:
 
 
 def test_duplicate_times_keep_the_last_row() -> None:
-    s = _stream([0.0, 1.0, 1.0, 1.0, 2.0], [[0], [11], [12], [13], [2]])
-    np.testing.assert_array_equal(s.times, [0.0, 1.0, 2.0])
-    np.testing.assert_array_equal(s.values[:, 0], [0, 13, 2])
+    s = _stream([0.0, 1.0, 1.0, 1.0, 2.0, 3.0, 4.0], [[0], [11], [12], [13], [2], [3], [4]])
+    np.testing.assert_array_equal(s.times, [0.0, 1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(s.values[:, 0], [0, 13, 2, 3, 4])
     assert s.repairs == Repairs(duplicate_time=2)
     # unsorted duplicates: the stable sort keeps input order, so the last row *in the input* wins
-    s = _stream([1.0, 0.0, 1.0], [[100], [0], [200]])
-    np.testing.assert_array_equal(s.values[:, 0], [0, 200])
+    s = _stream([1.0, 0.0, 1.0, 2.0, 3.0], [[100], [0], [200], [2], [3]])
+    np.testing.assert_array_equal(s.values[:, 0], [0, 200, 2, 3])
     assert s.repairs == Repairs(unsorted=1, duplicate_time=1)
+
+
+@pytest.mark.parametrize("times", [[0.0, 1.0, 1.0, 1.0, 2.0], [0.0, 0.0, 1.0], [1.0, 0.0, 1.0]])
+def test_few_distinct_times_with_duplicates_are_kept(times: list[float]) -> None:
+    s = _stream(times, [[float(i)] for i in range(len(times))])
+    np.testing.assert_array_equal(s.times, sorted(set(times)))
 
 
 @pytest.mark.parametrize("raw", [
     np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]),  # constant clock
     np.array([[1.0, 1.0], [2.0, float("nan")], [1.0, 3.0]]),  # constant once the missing sample is dropped
     np.zeros((0, 2)),  # empty
+    np.array([[5.0, 1.0]]),  # a single sample: fewer than 2
+    np.array([[5.0, 1.0], [6.0, float("nan")], [float("nan"), 2.0]]),  # 1 valid sample
     np.array([[0.0, float("nan")], [1.0, float("nan")]]),  # all NaN
     np.array([[float("nan"), 1.0], [float("inf"), 2.0]]),  # all times non-finite
     np.array([0.0, 1.0, 2.0]),  # not [T, N+1]
@@ -215,27 +213,29 @@ def test_strict_still_drops_missing_samples() -> None:
     assert s.repairs == Repairs(nonfinite_time=1, nan_rows=1)
 
 
-T0_NS = 1_700_000_000_000_000_000
+T0_NS = 1_700_000_000_000_000_000  # ~2023-11 in ns since the epoch
 
 
 def test_int64_nanosecond_times() -> None:
     raw = np.array([[T0_NS + k * 20_000_000, k] for k in range(50)], dtype=np.int64)
-    s = clean_stream(raw, "linear", time_scale=1e-9)
+    converted, origin = ns_to_seconds({"x": raw})
+    assert origin == T0_NS
+    s = clean_stream(converted["x"], "linear")
     assert s.times.dtype == np.float64 and s.repairs.total() == 0
-    # float64 holds 1.7e18 ns only to ~256 ns; periods must still be right to well under a microsecond
-    np.testing.assert_allclose(np.diff(s.times), 0.02, atol=1e-6)
-    assert abs(s.times[0] - 1.7e9) < 1e-6
+    np.testing.assert_allclose(s.times, np.arange(50) * 0.02, rtol=0, atol=1e-15)  # relative: ns-exact
     out, valid = resample(s, s.times, "linear")
     np.testing.assert_array_equal(out[:, 0], np.arange(50.0))
     assert valid.all()
 
 
-@pytest.mark.xfail(strict=True, reason="int64 ns times are cast to float64 before the duplicate check: at "
-                   "~1.7e18 ns, times 100 ns apart become equal and collapse as 'exact duplicates'")
 def test_distinct_nanosecond_times_are_not_duplicates() -> None:
     raw = np.array([[T0_NS, 1], [T0_NS + 100, 2], [T0_NS + 20_000_000, 3]], dtype=np.int64)
-    s = clean_stream(raw, "hold", time_scale=1e-9)
+    other = np.array([[T0_NS - 5, 7], [T0_NS + 50, 8]], dtype=np.int64)
+    converted, origin = ns_to_seconds({"a": raw, "b": other})
+    assert origin == T0_NS - 5  # one origin for all streams of the episode keeps them aligned
+    s = clean_stream(converted["a"], "hold")
     assert s.repairs.duplicate_time == 0 and len(s.times) == 3
+    np.testing.assert_allclose(s.times, [5e-9, 105e-9, 0.020000005], rtol=0, atol=1e-15)
 
 
 # --- 3. Quaternions ---
@@ -282,7 +282,7 @@ Case = tuple[Stream, np.ndarray, "float | None"]
 
 @st.composite
 def cases(draw: st.DrawFn, method: str) -> Case:
-    n = draw(st.integers(1, 12))
+    n = draw(st.integers(2, 12))
     t0 = draw(st.floats(-100, 100))
     incs = draw(st.lists(st.floats(1e-3, 5.0), min_size=n - 1, max_size=n - 1))
     times = t0 + np.concatenate([[0.0], np.cumsum(incs)])
@@ -290,14 +290,14 @@ def cases(draw: st.DrawFn, method: str) -> Case:
     vals = draw(st.lists(st.lists(st.floats(-1e3, 1e3), min_size=4, max_size=4), min_size=n, max_size=n))
     try:
         s = _stream(list(times), vals, method)
-    except StreamError:  # slerp: every quaternion was zero
+    except StreamError:  # slerp: fewer than 2 non-zero quaternions
         assume(False)
     lo, hi = s.times[0] - 2.0, s.times[-1] + 2.0
     q = draw(st.lists(st.floats(lo, hi), max_size=20))
     q += [s.times[k] + d for k in draw(st.lists(st.integers(0, len(s.times) - 1), max_size=6))
           for d in draw(st.sampled_from([(0.0,), (1e-12,), (-1e-12,)]))]
     # Drop queries ~TIME_EPS from a sample, where rounding decides (see test_query_just_over_time_eps_...).
-    q = [x for x in q if not np.any((np.abs(s.times - x) > EPS / 2) & (np.abs(s.times - x) < 2 * EPS))]
+    q = [x for x in q if not np.any((np.abs(s.times - x) > TIME_EPS / 2) & (np.abs(s.times - x) < 2 * TIME_EPS))]
     max_gap = draw(st.one_of(st.none(), st.floats(1e-3, 6.0)))
     return s, np.array(q, dtype=np.float64), max_gap
 
@@ -305,7 +305,7 @@ def cases(draw: st.DrawFn, method: str) -> Case:
 def _locate(t: np.ndarray, q: float) -> tuple[str, int]:
     """('at', k) within TIME_EPS, ('before'|'after', edge), or ('between', k) with t[k] < q < t[k+1]."""
     for k in range(len(t)):
-        if abs(q - t[k]) <= EPS:
+        if abs(q - t[k]) <= TIME_EPS:
             return "at", k
     if q < t[0]:
         return "before", 0
@@ -314,7 +314,7 @@ def _locate(t: np.ndarray, q: float) -> tuple[str, int]:
     for k in range(len(t) - 1):
         if t[k] < q < t[k + 1]:
             return "between", k
-    raise AssertionError("unreachable")
+    raise AssertionError(f"unreachable: {q}")
 
 
 def _ref_valid(t: np.ndarray, q: float, max_gap: float) -> bool:
@@ -323,9 +323,7 @@ def _ref_valid(t: np.ndarray, q: float, max_gap: float) -> bool:
 
 
 def _max_gap(s: Stream, max_gap: float | None) -> float:
-    if max_gap is not None:
-        return max_gap
-    return 2.5 * float(np.median(np.diff(s.times))) if len(s.times) > 1 else math.inf
+    return 2.5 * float(np.median(np.diff(s.times))) if max_gap is None else max_gap
 
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -372,7 +370,7 @@ def test_hold_never_looks_ahead(data: st.DataObject) -> None:
     s, q, max_gap = data.draw(cases("hold"))
     out, _ = resample(s, q, "hold", max_gap=max_gap)
     for qi, oi in zip(q, out):  # (d)
-        at_or_before = [k for k in range(len(s.times)) if s.times[k] <= qi + EPS]
+        at_or_before = [k for k in range(len(s.times)) if s.times[k] <= qi + TIME_EPS]
         np.testing.assert_array_equal(oi, s.values[at_or_before[-1] if at_or_before else 0])
 
 
@@ -397,3 +395,11 @@ def test_resampling_at_the_sample_times_is_the_identity(method: str, data: st.Da
     out, valid = resample(s, s.times, method, max_gap=max_gap)  # (e)
     np.testing.assert_array_equal(out, s.values)
     assert valid.all()
+
+
+def test_infinite_values_are_missing_samples() -> None:
+    s = _stream([0.0, 1.0, 2.0, 3.0], [[0.0], [float("inf")], [2.0], [-float("inf")]])
+    assert s.repairs == Repairs(nan_rows=2)
+    np.testing.assert_array_equal(s.times, [0.0, 2.0])
+    out, valid = resample(s, np.array([1.0, 3.0]), "linear")
+    assert out[:, 0].tolist() == [1.0, 2.0] and valid.tolist() == [True, False]
