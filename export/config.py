@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from export.errors import UserError
+from export.resample import METHODS
 
 DEFAULTS: dict[str, Any] = {
     "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
@@ -53,6 +54,8 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
             raise UserError(f"cannot read config {path}: {exc}", hint="pass a readable YAML file") from exc
         if not isinstance(user, dict):
             raise UserError(f"config {path} must be a YAML mapping")
+        if isinstance(user.get("splits"), dict):
+            config["splits"] = {}  # a file's splits replace the default {train: rest}; --set merges
         _merge(config, user, where=str(path))
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -83,35 +86,58 @@ def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, path: str =
             base[key] = value
 
 
-def _positive(config: Mapping[str, Any], key: str) -> float:
-    value = config[key]
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise UserError(f"config {key} must be a positive number, got {value!r}")
-    return float(value)
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _require(ok: bool, key: str, what: str, value: Any) -> None:
+    if not ok:
+        raise UserError(f"config {key} must be {what}, got {value!r}")
 
 
 def _check(config: dict[str, Any]) -> None:
-    _positive(config, "fps")
-    if not isinstance(config["stride"], int) or config["stride"] < 1:
-        raise UserError(f"config stride must be an integer >= 1, got {config['stride']!r}")
-    if not 0.0 <= float(config["min_valid_fraction"]) <= 1.0:
-        raise UserError("config min_valid_fraction must be within [0, 1]")
+    """Type and range of every value, so a typo fails here and not deep inside the job."""
+    for key in ("window", "streams", "splits", "shard"):
+        _require(isinstance(config[key], dict), key, "a mapping", config[key])
+    _require(_is_number(config["fps"]) and config["fps"] > 0, "fps", "a positive number", config["fps"])
+    for key, low in (("stride", 1), ("seed", 0)):
+        _require(isinstance(config[key], int) and not isinstance(config[key], bool) and config[key] >= low,
+                 key, f"an integer >= {low}", config[key])
+    mvf = config["min_valid_fraction"]
+    _require(_is_number(mvf) and 0.0 <= mvf <= 1.0, "min_valid_fraction", "a number in [0, 1]", mvf)
+    _require(_is_number(config["max_gap_factor"]) and config["max_gap_factor"] > 0, "max_gap_factor",
+             "a positive number", config["max_gap_factor"])
+    _require(isinstance(config["shuffle"], bool), "shuffle", "true or false", config["shuffle"])
+    for key in ("include", "exclude"):
+        value = config[key]
+        _require((value is None and key == "include") or (isinstance(value, list) and all(
+            isinstance(v, str) for v in value)), key, "a list of field names", value)
     for key, choices in (("timestamps", ("repair", "reject")), ("float_dtype", ("float32", "float64")),
                          ("on_bad_episode", ("fail", "skip"))):
-        if config[key] not in choices:
-            raise UserError(f"config {key} must be one of {', '.join(choices)}, got {config[key]!r}")
+        _require(config[key] in choices, key, f"one of {', '.join(choices)}", config[key])
     for name, stream in {"window": config["window"], **config["streams"]}.items():
-        if not isinstance(stream, dict):
-            raise UserError(f"config streams.{name} must be a mapping")
+        where = "window" if name == "window" else f"streams.{name}"
+        _require(isinstance(stream, dict), where, "a mapping", stream)
         unknown = set(stream) - STREAM_KEYS
         if unknown:
-            raise UserError(f"unknown key(s) {sorted(unknown)} in config streams.{name}",
+            raise UserError(f"unknown key(s) {sorted(unknown)} in config {where}",
                             hint=f"known: {', '.join(sorted(STREAM_KEYS))}")
-        if stream.get("pad", "zero") not in PADS:
-            raise UserError(f"config streams.{name}.pad must be zero or edge, got {stream['pad']!r}")
+        for key in ("rate_hz", "duration_s", "max_gap_s"):
+            if stream.get(key) is not None:
+                _require(_is_number(stream[key]) and stream[key] > 0, f"{where}.{key}", "a positive number",
+                         stream[key])
+        if "offset_s" in stream:
+            _require(_is_number(stream["offset_s"]), f"{where}.offset_s", "a number", stream["offset_s"])
+        if "pad" in stream:
+            _require(stream["pad"] in PADS, f"{where}.pad", "zero or edge", stream["pad"])
+        if stream.get("interpolation") is not None:
+            _require(stream["interpolation"] in METHODS, f"{where}.interpolation", f"one of {', '.join(METHODS)}",
+                     stream["interpolation"])
     shard = config["shard"]
-    if int(shard["max_samples"]) < 1 or int(shard["max_bytes"]) < 4096:
-        raise UserError("config shard.max_samples must be >= 1 and shard.max_bytes >= 4096")
+    for key, low in (("max_samples", 1), ("max_bytes", 4096)):
+        value = shard.get(key)
+        _require(isinstance(value, int) and not isinstance(value, bool) and value >= low, f"shard.{key}",
+                 f"an integer >= {low}", value)
     rest = [name for name, rule in config["splits"].items() if rule == "rest"]
     if len(rest) != 1:
         raise UserError("config splits must name exactly one split as 'rest' (it gets the remaining episodes)")

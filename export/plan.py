@@ -35,6 +35,10 @@ def assign_splits(episode_ids: Sequence[str], rules: Mapping[str, object], seed:
                 if ep in out and out[ep] != name:
                     raise UserError(f"episode {ep!r} is assigned to both {out[ep]!r} and {name!r}")
                 out[ep] = name
+    fractions = [float(r) for r in rules.values()
+                 if isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r <= 1.0]
+    if sum(fractions) > 1.0 + 1e-9:
+        raise UserError(f"config splits: fractions add up to {sum(fractions):g} > 1")
     free = [ep for ep in sorted(episode_ids) if ep not in out]
     order = np.random.default_rng([seed, 0x5B117]).permutation(len(free))
     pos = 0
@@ -55,14 +59,25 @@ def assign_splits(episode_ids: Sequence[str], rules: Mapping[str, object], seed:
 
 
 def key_prefixes(episode_ids: Sequence[str]) -> dict[str, str]:
-    """A tar-safe, unique key prefix per episode: its id with unsafe characters replaced, shortened;
-    ids that collide after that get their position appended."""
-    safe = {ep: KEY_CHARS.sub("-", ep)[:KEY_PREFIX_MAX] or "ep" for ep in episode_ids}
+    """A tar-safe, unique key prefix per episode: its id with unsafe characters replaced, shortened.
+    Ids that collide after that get their position in sorted order appended (and more, should that
+    spell another episode's prefix)."""
+    safe = {ep: KEY_CHARS.sub("-", ep)[:KEY_PREFIX_MAX] or "ep" for ep in sorted(episode_ids)}
     counts: dict[str, int] = {}
     for s in safe.values():
         counts[s] = counts.get(s, 0) + 1
-    return {ep: (s if counts[s] == 1 else f"{s[:KEY_PREFIX_MAX - 8]}-{i:06d}")
-            for i, (ep, s) in enumerate(sorted(safe.items()))}
+    out = {ep: s for ep, s in safe.items() if counts[s] == 1}
+    used = set(out.values())
+    for i, (ep, s) in enumerate(safe.items()):
+        if ep in out:
+            continue
+        candidate, bump = f"{s[:KEY_PREFIX_MAX - 8]}-{i:06d}", 0
+        while candidate in used:
+            bump += 1
+            candidate = f"{s[:KEY_PREFIX_MAX - 16]}-{i:06d}-{bump}"
+        out[ep] = candidate
+        used.add(candidate)
+    return out
 
 
 def window_order(window_counts: Sequence[int], seed: int, split_name: str, shuffle: bool) -> np.ndarray:

@@ -145,7 +145,8 @@ def resample(stream: Stream, query: np.ndarray, method: str, max_gap: float | No
     """Evaluate `stream` at `query` times; returns (values [Q, N], valid [Q] bool).
 
     Invalid steps carry the edge value (first, last, or the sample before a gap); padding them is the
-    window's job. `valid_range` further limits validity (the episode's extent).
+    window's job. `valid_range` is the episode's extent: queries outside it are invalid and evaluated
+    at the nearest end of the extent, so data recorded beyond the episode never leaks in.
     """
     if method not in METHODS:
         raise StreamError(f"unknown interpolation {method!r}; use one of {', '.join(METHODS)}")
@@ -154,6 +155,10 @@ def resample(stream: Stream, query: np.ndarray, method: str, max_gap: float | No
     if max_gap is None:
         max_gap = DEFAULT_GAP_FACTOR * stream.median_period
     q = np.asarray(query, dtype=np.float64)  # [Q]
+    outside = np.zeros(q.shape, dtype=bool)
+    if valid_range is not None:  # outside the episode: the value at its edge, never data beyond it
+        outside = (q < valid_range[0] - TIME_EPS) | (q > valid_range[1] + TIME_EPS)
+        q = np.clip(q, valid_range[0], valid_range[1])
 
     # the last sample at or before q, or the next one when it is within TIME_EPS after q; `at_sample`
     # below uses the same difference, so selection and "at a sample" never disagree at the boundary
@@ -168,9 +173,7 @@ def resample(stream: Stream, query: np.ndarray, method: str, max_gap: float | No
     inside = ~before & ~after
     span = t[j] - t[i]  # [Q]; 0 at the last sample
     in_gap = inside & ~at_sample & (span > max_gap)
-    valid = inside & ~in_gap
-    if valid_range is not None:
-        valid &= (q >= valid_range[0] - TIME_EPS) & (q <= valid_range[1] + TIME_EPS)
+    valid = inside & ~in_gap & ~outside
     interior = inside & ~in_gap & ~at_sample  # strictly between two samples, interpolate
 
     if method == "hold":

@@ -26,6 +26,7 @@ MAX_NAME_BYTES = 100
 
 KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,60}$")
 FIELD_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+EXT_RE = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
 MASK_SUFFIX = "_mask"
 META_FIELD = "meta"
 
@@ -98,12 +99,12 @@ def encode_npy(array: np.ndarray) -> bytes:
     if array.dtype.hasobject:
         raise ValueError("object arrays cannot be stored (they would need pickle)")
     key = (array.dtype.str, array.shape)
-    header = _NPY_HEADERS.get(key)
+    header = _NPY_HEADERS.get(key) if array.dtype.names is None else None  # '|V4' names no fields
     if header is None:
         buf = io.BytesIO()
         np.lib.format.write_array(buf, array, allow_pickle=False)
         header = buf.getvalue()[: buf.tell() - array.nbytes]
-        if len(_NPY_HEADERS) < 4096:
+        if len(_NPY_HEADERS) < 4096 and array.dtype.names is None:
             _NPY_HEADERS[key] = header
     return header + array.tobytes()
 
@@ -121,7 +122,7 @@ def encode_sample(key: str, members: Mapping[str, bytes]) -> bytes:
 
 def _split_suffix(suffix: str) -> tuple[str, str]:
     field, _, ext = suffix.partition(".")
-    if not FIELD_RE.match(field) or not ext or ext != ext.lower():
+    if not FIELD_RE.match(field) or not EXT_RE.match(ext):
         raise ShardFormatError(f"member suffix {suffix!r} must be '<field>.<ext>' in lowercase")
     return field, ext
 

@@ -115,12 +115,13 @@ def test_small_max_gap_masks_every_interior_point_but_not_samples() -> None:
 
 
 @pytest.mark.parametrize("method", ["linear", "hold", "nearest"])
-def test_valid_range_limits_validity_only(method: str) -> None:
+def test_valid_range_masks_and_clamps_to_the_extent(method: str) -> None:
     s = _stream([0.0, 1.0, 2.0, 3.0, 4.0], [[0.0], [10.0], [20.0], [30.0], [40.0]], method)
     q = np.array([0.5, 1.0 - 1e-12, 2.0, 3.0, 3.5])
     out, valid = resample(s, q, method, valid_range=(1.0, 3.0))
     np.testing.assert_array_equal(valid, [False, True, True, True, False])
-    np.testing.assert_array_equal(out, resample(s, q, method)[0])
+    # outside the extent: the value at its nearest end, never data recorded beyond it
+    np.testing.assert_array_equal(out, resample(s, np.clip(q, 1.0, 3.0), method)[0])
 
 
 def test_multi_column_linear() -> None:
