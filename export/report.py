@@ -50,7 +50,7 @@ def _dims_from_records(records: list[dict[str, Any]]) -> dict[str, int]:
     for r in records:
         for name, state in (r.get("stats") or {}).items():
             if state is not None:
-                dims.setdefault(name, len(state["mean"]))
+                dims.setdefault(name, int(state["dims"]))
     return dims
 
 
