@@ -83,7 +83,7 @@ class EpisodeLoader:
 
     def load(self, episode_ids: list[str]) -> Iterator[EpisodeData]:
         """Episodes in the given order; each needed row group is read once for the batch."""
-        cache: dict[tuple[str, int], pa.Table] = {}
+        cache: dict[tuple[str, int], dict[str, pa.Array]] = {}  # row group -> its columns, combined once
         for ep in episode_ids:
             data = EpisodeData(ep)
             for table, columns in self.schema.tables.items():
@@ -94,13 +94,13 @@ class EpisodeLoader:
                 group, row = self.schema.rows[table][ep]
                 key = (table, group)
                 if key not in cache:
-                    pfile = pq.ParquetFile(self.root / table)
-                    cache[key] = pfile.read_row_group(group, columns=wanted + extras)
-                part = cache[key]
+                    part = pq.ParquetFile(self.root / table).read_row_group(group, columns=wanted + extras)
+                    cache[key] = {c: part.column(c).combine_chunks() for c in wanted + extras}
+                columns = cache[key]
                 for col in wanted:
-                    self._fill(data, col, part.column(col).combine_chunks(), row)
+                    self._fill(data, col, columns[col], row)
                 for col in extras:
-                    value = part.column(col)[row].as_py()
+                    value = columns[col][row].as_py()
                     if value is not None:
                         setattr(data, col, str(value) if col == "split" else float(value))
             self._relative_ns(data)
