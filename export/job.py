@@ -61,13 +61,16 @@ class Summary:
     shards: int
     bytes: int
     seconds: float
+    dropped: int = 0  # windows below min_valid_fraction
     up_to_date: bool = False
 
     def line(self) -> str:
         if self.up_to_date:
             return f"{self.out}: export is up to date ({self.windows} windows in {self.shards} shards); nothing to do"
-        return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows in "
-                f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}")
+        dropped = f" ({self.dropped} below min_valid_fraction, not emitted)" if self.dropped else ""
+        warning = "\nwarning: no window was emitted; check the window config" if not self.windows else ""
+        return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
+                f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}{warning}")
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -225,12 +228,16 @@ def plan_shards(out: Path, work: Path, records: list[dict[str, Any]], config: di
     for split in sorted({r["split"] for r in records}):
         members = [r for r in records if r["split"] == split]
         sizes = [np.frombuffer(r["sizes"], np.int64) for r in members]
-        offsets = [np.concatenate([[0], np.cumsum(s)[:-1]]).astype(np.int64) for s in sizes]
-        order = window_order([len(s) for s in sizes], int(config["seed"]), split, bool(config["shuffle"]))
+        counts = np.asarray([len(s) for s in sizes], np.int64)
+        flat_sizes = np.concatenate([np.zeros(0, np.int64), *sizes])  # [W] in canonical order
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)  # [E] first window's index
+        before = flat_sizes.cumsum() - flat_sizes  # [W] bytes before each window, all episodes
+        within_offsets = before - np.repeat(np.append(before, flat_sizes.sum())[first], counts)  # in its file
+        order = window_order(counts.tolist(), int(config["seed"]), split, bool(config["shuffle"]))  # [W, 2]
+        flat = first[order[:, 0]] + order[:, 1] if len(order) else np.zeros(0, np.int64)
         ep_idx = np.asarray([episode_of[r["episode_id"]] for r in members], np.int64)
         entries = np.stack([ep_idx[order[:, 0]] if len(order) else np.zeros(0, np.int64),
-                            np.asarray([offsets[e][w] for e, w in order.tolist()], np.int64),
-                            np.asarray([sizes[e][w] for e, w in order.tolist()], np.int64)], axis=1)
+                            within_offsets[flat], flat_sizes[flat]], axis=1)  # [W, 3]
         shard = config["shard"]
         bounds = pack_shards(entries[:, 2].tolist(), int(shard["max_samples"]), int(shard["max_bytes"]),
                              len(END_OF_ARCHIVE))
@@ -295,7 +302,8 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
         doc = parse_manifest((out / MANIFEST_NAME).read_bytes())
         shards = sum(len(s["shards"]) for s in doc["splits"].values())
         windows = sum(s["samples"] for s in doc["splits"].values())
-        return Summary(out, len(schema.episode_ids), 0, windows, shards, 0, 0.0, up_to_date=True)
+        return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
+                       windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
     job = JobSpec(**{**job.__dict__, "work": str(work)})
     executor = make_executor(workers)
     try:
@@ -331,4 +339,4 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
     shutil.rmtree(work, ignore_errors=True)
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
-                   total_bytes, time.perf_counter() - began)
+                   total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"])

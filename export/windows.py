@@ -13,7 +13,6 @@ import math
 import numpy as np
 
 from export.config import StreamWindow
-from export.resample import TIME_EPS
 
 
 def grid_frame_count(start: float, end: float, fps: float) -> int:
@@ -52,7 +51,3 @@ def valid_fraction(masks: list[np.ndarray]) -> np.ndarray:
         return np.ones(0)
     total = sum(m.shape[1] for m in masks)
     return sum(m.sum(axis=1) for m in masks) / total
-
-
-def extent_contains(start: float, end: float, t: np.ndarray) -> np.ndarray:
-    return (t >= start - TIME_EPS) & (t <= end + TIME_EPS)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from export.build import BuildSpec, EpisodeWindows, build_episode
 from export.config import StreamWindow
 from export.episodes import EpisodeData
-from export.windows import anchor_frames, extent_contains, grid_frame_count, pad_invalid, query_times, valid_fraction
+from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
 from reader.format import decode_npy, group_samples, iter_members
 
 EPS = 1e-9
@@ -88,13 +88,6 @@ def test_valid_fraction() -> None:
     np.testing.assert_array_equal(valid_fraction([a]), [0.75, 0.0])
     assert valid_fraction([]).shape == (0,)
 
-
-def test_extent_contains() -> None:
-    t = np.array([1.0 - 2e-9, 1.0 - 0.5e-9, 1.5, 2.0 + 0.5e-9, 2.0 + 2e-9])
-    assert extent_contains(1.0, 2.0, t).tolist() == [False, True, True, True, False]
-
-
-# --- build_episode, hand-checked ---
 
 def _spec(windows: dict[str, StreamWindow], **kw: object) -> BuildSpec:
     base = dict(fps=10.0, stride=1, min_valid_fraction=0.0, float_dtype="float32", strict_timestamps=False,
