@@ -7,7 +7,6 @@ needed, so a task never loads a whole table and no episode is read twice.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -81,30 +80,37 @@ class EpisodeLoader:
         self.fields = fields
         self.root = schema.root
 
-    def load(self, episode_ids: list[str]) -> Iterator[EpisodeData]:
-        """Episodes in the given order; each needed row group is read once for the batch."""
+    def load(self, episode_ids: list[str]) -> Iterator[EpisodeData | EpisodeError]:
+        """Episodes in the given order, or the error that makes one unreadable (the batch goes on);
+        each needed row group is read once for the batch."""
         cache: dict[tuple[str, int], dict[str, pa.Array]] = {}  # row group -> its columns, combined once
         for ep in episode_ids:
-            data = EpisodeData(ep)
-            for table, columns in self.schema.tables.items():
-                wanted = [c for c in columns if c in self.fields]
-                extras = [c for c, t in self.schema.reserved.items() if t == table]
-                if not wanted and not extras:
-                    continue
-                group, row = self.schema.rows[table][ep]
-                key = (table, group)
-                if key not in cache:
-                    part = pq.ParquetFile(self.root / table).read_row_group(group, columns=wanted + extras)
-                    cache[key] = {c: part.column(c).combine_chunks() for c in wanted + extras}
-                columns = cache[key]
-                for col in wanted:
-                    self._fill(data, col, columns[col], row)
-                for col in extras:
-                    value = columns[col][row].as_py()
-                    if value is not None:
-                        setattr(data, col, str(value) if col == "split" else float(value))
-            self._relative_ns(data)
-            yield data
+            try:
+                yield self._load_one(ep, cache)
+            except EpisodeError as exc:
+                yield exc
+
+    def _load_one(self, ep: str, cache: dict[tuple[str, int], dict[str, pa.Array]]) -> EpisodeData:
+        data = EpisodeData(ep)
+        for table, columns in self.schema.tables.items():
+            wanted = [c for c in columns if c in self.fields]
+            extras = [c for c, t in self.schema.reserved.items() if t == table]
+            if not wanted and not extras:
+                continue
+            group, row = self.schema.rows[table][ep]
+            key = (table, group)
+            if key not in cache:
+                part = pq.ParquetFile(self.root / table).read_row_group(group, columns=wanted + extras)
+                cache[key] = {c: part.column(c).combine_chunks() for c in wanted + extras}
+            columns = cache[key]
+            for col in wanted:
+                self._fill(data, col, columns[col], row)
+            for col in extras:
+                value = columns[col][row].as_py()
+                if value is not None:
+                    setattr(data, col, str(value) if col == "split" else float(value))
+        self._relative_ns(data)
+        return data
 
     def _fill(self, data: EpisodeData, name: str, column: pa.Array, row: int) -> None:
         spec = self.schema.fields[name]

@@ -83,7 +83,7 @@ def _fsync_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def resolve(store: Path, config: dict[str, Any]) -> tuple[StoreSchema, JobSpec, dict[str, Any]]:
+def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any]]:
     """Open the store and resolve the config against it (the plan's pure part)."""
     schema = open_store(store)
     schema.raise_if_errors()
@@ -117,7 +117,7 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[StoreSchema, JobSpec, 
     splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
     job = JobSpec(schema=schema, build=build, fields=tuple(fields), work="", prefixes=key_prefixes(schema.episode_ids),
                   splits=splits, index={ep: i for i, ep in enumerate(schema.episode_ids)})
-    return schema, job, resolved
+    return job, resolved
 
 
 def _declared_splits(schema: StoreSchema) -> dict[str, str]:
@@ -139,14 +139,13 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
     job, episode_ids = args
     work = Path(job.work)
     todo = [ep for ep in episode_ids if not _episode_paths(work, job.index[ep])[1].exists()]
-    loader = EpisodeLoader(job.schema, list(job.fields))
-    loaded = loader.load(todo)
-    for ep in todo:
+    for ep, data in zip(todo, EpisodeLoader(job.schema, list(job.fields)).load(todo)):
         bin_path, rec_path = _episode_paths(work, job.index[ep])
         record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None}
         windows = EpisodeWindows()
         try:
-            data = next(loaded)
+            if isinstance(data, EpisodeError):
+                raise data
             meta = {"episode_id": ep, "split": job.splits[ep]}
             tmp = bin_path.with_name(f"{bin_path.name}.tmp-{os.getpid()}")
             sizes = []
@@ -162,7 +161,6 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
                           stats={n: (s.to_state() if s else None) for n, s in windows.stats.items()})
         except EpisodeError as exc:
             record["error"] = {"field": exc.field, "message": exc.reason, "hint": exc.hint}
-            loaded = loader.load(todo[todo.index(ep) + 1:])
         _fsync_write(rec_path, msgpack.packb(record, use_bin_type=True))
     return episode_ids
 
@@ -294,7 +292,8 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
     store, out = Path(store).resolve(), Path(out).resolve()
     if out == store or store in out.parents:  # the store's fingerprint would change with every run
         raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
-    schema, job, resolved = resolve(store, config)
+    job, resolved = resolve(store, config)
+    schema = job.schema
     source = fingerprint(store)
     job_id = _job_id(source, resolved)
     work = _prepare_out(out, job_id, overwrite)

@@ -38,7 +38,7 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
         result.failures.append(f"store {store} changed since the export (fingerprint differs); "
                                "recomputed windows are not expected to match")
         return
-    _, job, _ = resolve(store, config_from_manifest(manifest))
+    job, _ = resolve(store, config_from_manifest(manifest))
     picks: dict[str, list[tuple[str, int, int]]] = {}  # episode -> (shard path, start, stop)
     rng = np.random.default_rng(seed)
     for split in sorted(manifest["splits"]):
@@ -60,6 +60,9 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
             picks.setdefault(episode, []).append((key, shard.path, start, blob))
     loader = EpisodeLoader(job.schema, list(job.fields))
     for data in loader.load(sorted(picks)):
+        if isinstance(data, EpisodeError):
+            result.failures.append(str(data))
+            continue
         wanted = {key: (path, start, blob) for key, path, start, blob in picks[data.episode_id]}
         windows = EpisodeWindows()
         meta = {"episode_id": data.episode_id, "split": job.splits[data.episode_id]}

@@ -63,16 +63,12 @@ def validate_store(root: Path) -> StoreReport:
     if schema.errors:
         return report  # data checks would only repeat the structural errors per episode
     loader = EpisodeLoader(schema, list(schema.fields))
-    ids = schema.episode_ids
-    done = 0
-    while done < len(ids):
-        try:
-            for data in loader.load(ids[done:]):
-                done += 1
-                _check_episode(schema, data, report)
-        except EpisodeError as exc:  # raised while loading ids[done]; go on with the next one
-            report.problems.append(Problem("error", exc.reason, episode=exc.episode_id, field=exc.field, hint=exc.hint))
-            done += 1
+    for data in loader.load(schema.episode_ids):
+        if isinstance(data, EpisodeError):
+            report.problems.append(Problem("error", data.reason, episode=data.episode_id, field=data.field,
+                                           hint=data.hint))
+        else:
+            _check_episode(schema, data, report)
     return report
 
 
