@@ -6,6 +6,7 @@ User errors print one message (what, where, how to fix) and exit non-zero; trace
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def _add_export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stride", type=int, help="anchor every N grid frames (config stride)")
     p.add_argument("--seed", type=int, help="seed for splits and the export shuffle (config seed)")
     p.add_argument("--keep-order", action="store_true", help="do not shuffle windows (config shuffle=false)")
-    p.add_argument("--workers", type=int, default=1, help="parallel worker processes (output is identical)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="worker processes (default: all cores; 1 = in-process); the output is identical")
     p.add_argument("--overwrite", action="store_true", help="replace a finished export in OUT")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -62,7 +64,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from export.validate import validate_store
 
-    report = validate_store(args.store)
+    report = validate_store(args.store, progress=sys.stderr.isatty())
     print(report.render(verbose=args.verbose))
     return 0 if report.exportable else 1
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from export.episodes import EpisodeData, EpisodeLoader
 from export.errors import EpisodeError
@@ -57,13 +58,14 @@ class StoreReport:
         return "\n".join(lines)
 
 
-def validate_store(root: Path) -> StoreReport:
+def validate_store(root: Path, progress: bool = False) -> StoreReport:
     schema = open_store(Path(root))
     report = StoreReport(schema, problems=list(schema.problems))
     if schema.errors:
         return report  # data checks would only repeat the structural errors per episode
     loader = EpisodeLoader(schema, list(schema.fields))
-    for data in loader.load(schema.episode_ids):
+    episodes = loader.load(schema.episode_ids)
+    for data in tqdm(episodes, total=len(schema.episode_ids), desc="validate", unit="ep", disable=not progress):
         if isinstance(data, EpisodeError):
             report.problems.append(Problem("error", data.reason, episode=data.episode_id, field=data.field,
                                            hint=data.hint))
