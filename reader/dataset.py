@@ -1,0 +1,182 @@
+"""`ShardDataset`: a PyTorch IterableDataset over one split of an export, driven by the epoch plan.
+
+Each DataLoader worker computes the same plan (pure, from the manifest's counts) and reads only its
+own positions, by byte range. The cursor is tiny: (epoch, start position, elastic history); resuming
+seeks straight to the first unconsumed sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from reader.decode import decode_sample
+from reader.format import ShardFormatError, group_samples, iter_members
+from reader.manifest import shards_of
+from reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
+from reader.source import ShardReadError, ShardSource, load_manifest
+
+STATE_VERSION = 1
+Transform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
+
+
+def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Explicit arguments, else the initialised process group, else torchrun's environment, else 1 rank."""
+    if rank is not None and world_size is not None:
+        return int(rank), int(world_size)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def sample_rng(seed: int, epoch: int, key: str) -> np.random.Generator:
+    """The per-sample generator for augmentations: a function of (seed, epoch, key) only, so a resumed
+    or re-sharded run augments every sample exactly as the uninterrupted run did."""
+    digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+    return np.random.default_rng([seed, epoch, digest])
+
+
+class ShardDataset(IterableDataset):
+    """Samples (or, with `collate_fn`, batches) of one split, for this rank and DataLoader worker.
+
+    `batch_size` must be the loader's batch size: batches are dealt to workers round-robin so that
+    the DataLoader's output order is the plan's order. With `collate_fn` the dataset yields collated
+    batches (use `DataLoader(batch_size=None)`, as `ShardLoader` does); without, single samples.
+    """
+
+    def __init__(self, source: str | os.PathLike[str], split: str = "train", *, shuffle: bool = True, seed: int = 0,
+                 block: int = 4096, policy: str = "pad", batch_size: int = 1, drop_last: bool = False,
+                 collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None, rank: int | None = None,
+                 world_size: int | None = None, transform: Transform | None = None, verify: bool = False,
+                 on_error: str = "raise", storage_options: dict[str, Any] | None = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError("on_error must be 'raise' or 'skip'")
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.manifest, self.base = load_manifest(source, storage_options)
+        self.split = split
+        self.shards = shards_of(self.manifest, split)
+        self.counts = tuple(s.samples for s in self.shards)
+        self._first = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)  # [S+1]
+        self.rank, self.world_size = resolve_topology(rank, world_size)
+        self.seed, self.shuffle, self.block, self.policy = int(seed), bool(shuffle), int(block), policy
+        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
+        self.transform, self.on_error, self.storage_options = transform, on_error, storage_options
+        self.verify = {s.path: s.sha256 for s in self.shards} if verify else None
+        self.epoch, self.start, self.history = 0, 0, ()  # the cursor
+        self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
+        self._worker: tuple[int, int] = (0, 1)
+        self._sequence: tuple[tuple, np.ndarray] | None = None
+
+    # -- the plan --------------------------------------------------------------------------------
+    def plan_spec(self) -> PlanSpec:
+        return PlanSpec(self.counts, self.seed, self.shuffle, self.block, self.policy, self.history)
+
+    def sequence(self) -> np.ndarray:
+        """This rank's sample ids for the current epoch, in order: [R] int64 (cached)."""
+        key = (self.epoch, self.history, self.rank, self.world_size)
+        if self._sequence is None or self._sequence[0] != key:
+            self._sequence = (key, rank_sequence(self.plan_spec(), self.epoch, self.world_size, self.rank))
+        return self._sequence[1]
+
+    def epoch_length(self) -> int:
+        """Samples this rank reads in the current epoch (identical on every rank)."""
+        n = len(self.sequence())
+        return n // self.batch_size * self.batch_size if self.drop_last else n
+
+    def __len__(self) -> int:
+        n = self.epoch_length()
+        return -(-n // self.batch_size) if self.collate_fn is not None else n
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to `epoch` (cursor at its start) unless the cursor is already in it (a resume)."""
+        if epoch != self.epoch:
+            self.epoch, self.start, self.history, self._yielded = int(epoch), 0, (), 0
+
+    # -- the cursor ------------------------------------------------------------------------------
+    def cursor(self, consumed: int | None = None) -> dict[str, Any]:
+        """JSON-serialisable cursor; `consumed` = positions read in this epoch by this rank."""
+        return {"version": STATE_VERSION, "split": self.split, "samples": int(self._first[-1]), "seed": self.seed,
+                "shuffle": self.shuffle, "block": self.block, "policy": self.policy, "batch_size": self.batch_size,
+                "epoch": self.epoch, "consumed": int(self.start if consumed is None else consumed),
+                "world_size": self.world_size, "history": [[t.world_size, t.consumed] for t in self.history]}
+
+    def load_cursor(self, state: dict[str, Any]) -> None:
+        """Continue where `state` stopped; a different world size re-plans the rest of the epoch."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"cursor version {state.get('version')!r} is not {STATE_VERSION}")
+        mine = self.cursor()
+        for key in ("split", "samples", "seed", "shuffle", "block", "policy"):
+            if state[key] != mine[key]:
+                raise ValueError(f"cursor was saved with {key}={state[key]!r}, this dataset has {mine[key]!r}")
+        self.epoch = int(state["epoch"])
+        history = tuple(Topology(int(w), int(c)) for w, c in state["history"])
+        if int(state["world_size"]) == self.world_size:  # positions do not depend on workers or batch size
+            self.history, self.start = history, int(state["consumed"])
+        else:  # elastic: what the old topology consumed is removed, the rest re-planned from 0
+            self.history, self.start = history + (Topology(int(state["world_size"]), int(state["consumed"])),), 0
+        self._yielded = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Stateful protocol (torchdata StatefulDataLoader calls it inside each worker)."""
+        return {**self.cursor(), "worker": {"id": self._worker[0], "workers": self._worker[1], "yielded": self._yielded}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_cursor(state)
+        if self.start == int(state["consumed"]) and "worker" in state:
+            self._yielded = int(state["worker"]["yielded"])
+
+    # -- reading ---------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        self._worker = (worker, workers)
+        sequence = self.sequence()
+        positions = worker_positions(self.epoch_length(), self.start, self.batch_size, workers, worker)
+        unit = self.batch_size if self.collate_fn is not None else 1
+        positions = positions[self._yielded * unit:]
+        source = ShardSource(self.base, self.storage_options, self.verify)
+        if self.collate_fn is None:
+            for pos in positions.tolist():
+                sample = self._read(source, int(sequence[pos]))
+                self._yielded += 1
+                if sample is not None:
+                    yield sample
+            return
+        for lo in range(0, len(positions), self.batch_size):
+            ids = sequence[positions[lo:lo + self.batch_size]].tolist()
+            samples = [self._read(source, i) for i in ids]
+            kept = [s for s in samples if s is not None]
+            self._yielded += 1
+            if kept:
+                batch = self.collate_fn(kept)
+                if isinstance(batch, dict):
+                    batch["__skipped__"] = len(samples) - len(kept)
+                yield batch
+
+    def _read(self, source: ShardSource, sample_id: int) -> dict[str, Any] | None:
+        k = int(np.searchsorted(self._first, sample_id, side="right") - 1)
+        shard = self.shards[k]
+        start, stop = shard.sample_span(sample_id - int(self._first[k]))
+        try:
+            found = list(group_samples(iter_members(source.read(shard.path, start, stop), shard.path, start),
+                                       shard.path))
+            if len(found) != 1:
+                raise ShardFormatError(f"shard {shard.path}: byte {start}: expected one sample, found {len(found)}")
+            key, _, members = found[0]
+            sample = decode_sample(key, members)
+        except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:
+            if self.on_error == "skip":
+                return None
+            message = str(exc) if str(exc).startswith("shard ") else f"shard {shard.path}: byte {start}: {exc}"
+            raise ShardReadError(message) from exc
+        if self.transform is not None:
+            sample = self.transform(sample, sample_rng(self.seed, self.epoch, key))
+        return sample

@@ -1,0 +1,77 @@
+"""Turning one sample's tar members into Python values. Never unpickles, never `torch.load`s.
+
+`<field>.npy` -> numpy array (allow_pickle=False; object dtypes refused), `.txt` -> str,
+`.json` -> object, `.msgpack`/`.mp`/`.msg` -> object, images (`.png/.jpg/.jpeg/.webp/.bmp`) -> uint8
+[H, W, C] (RGB; grayscale keeps C=1), anything else -> bytes. Keys are the field names (the part of the
+suffix before the first dot), plus `__key__`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any, Mapping
+
+import msgpack
+import numpy as np
+
+IMAGE_EXTS = {"png", "jpg", "jpeg", "webp", "bmp"}
+_NPY_HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
+
+
+def decode_npy_fast(data: memoryview | bytes) -> np.ndarray:
+    """A read-only array viewing `data` (zero-copy). Headers are parsed once per distinct header (every
+    sample of a field shares one), which makes decoding a small window ~5x cheaper than np.load."""
+    view = memoryview(data)
+    if bytes(view[:6]) != b"\x93NUMPY":
+        raise ValueError("not a .npy member")
+    major = view[6]
+    header_len = (10 + int.from_bytes(view[8:10], "little")) if major == 1 else (12 + int.from_bytes(view[8:12], "little"))
+    header = bytes(view[:header_len])
+    parsed = _NPY_HEADERS.get(header)
+    if parsed is None:
+        fh = io.BytesIO(header)
+        version = np.lib.format.read_magic(fh)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(fh)  # numpy's own (literal_eval-based, no pickle) parser
+        if dtype.hasobject:
+            raise ValueError("object arrays are refused (they would need pickle)")
+        parsed = (dtype, shape, fortran)
+        if len(_NPY_HEADERS) < 4096:
+            _NPY_HEADERS[header] = parsed
+    dtype, shape, fortran = parsed
+    count = int(np.prod(shape)) if shape else 1
+    array = np.frombuffer(view, dtype=dtype, count=count, offset=header_len)
+    return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+
+
+def decode_image(data: memoryview | bytes) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(bytes(data))) as img:
+        img = img.convert("RGB") if img.mode not in ("L", "RGB") else img
+        array = np.asarray(img, dtype=np.uint8)
+    return array[:, :, None] if array.ndim == 2 else array  # [H, W, C]
+
+
+def decode_member(ext: str, data: memoryview | bytes) -> Any:
+    last = ext.rsplit(".", 1)[-1]
+    if last == "npy":
+        return decode_npy_fast(data)
+    if last == "txt":
+        return bytes(data).decode("utf-8")
+    if last == "json":
+        return json.loads(bytes(data))
+    if last in ("msgpack", "mp", "msg"):
+        return msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+    if last in IMAGE_EXTS:
+        return decode_image(data)
+    return bytes(data)
+
+
+def decode_sample(key: str, members: Mapping[str, memoryview | bytes]) -> dict[str, Any]:
+    sample: dict[str, Any] = {"__key__": key}
+    for suffix, data in members.items():
+        field, _, ext = suffix.partition(".")
+        sample[field] = decode_member(ext, data)
+    return sample

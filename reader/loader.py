@@ -1,0 +1,66 @@
+"""`ShardLoader`: a plain `torch.utils.data.DataLoader` plus the cursor of what it has handed out.
+
+The dataset yields whole planned batches (collated inside the workers) and the DataLoader collects
+them round-robin from its workers, which is the plan's order; so after k batches this rank has
+consumed exactly min(start + k * batch_size, epoch length) positions. No DataLoader internals are
+touched or subclassed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from torch.utils.data import DataLoader
+
+from reader.collate import collate as default_collate
+from reader.dataset import ShardDataset
+
+
+class ShardLoader:
+    def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int = 0,
+                 collate_fn: Callable[[list[dict[str, Any]]], Any] = default_collate, drop_last: bool = False,
+                 **dataloader_kwargs: Any) -> None:
+        if dataloader_kwargs.get("persistent_workers"):
+            raise ValueError("persistent_workers would keep stale cursors in the workers; ShardLoader restarts them")
+        for key in ("batch_size", "shuffle", "sampler", "batch_sampler"):
+            if key in dataloader_kwargs:
+                raise ValueError(f"{key} is decided by the plan; do not pass it to ShardLoader")
+        dataset.batch_size, dataset.collate_fn, dataset.drop_last = int(batch_size), collate_fn, bool(drop_last)
+        dataset._sequence = None
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.kwargs = dataloader_kwargs
+        self._consumed = dataset.start
+        self.skipped = 0  # samples skipped with on_error="skip", over this loader's life
+
+    def __len__(self) -> int:
+        """Batches in a full epoch for this rank (the same on every rank)."""
+        return len(self.dataset)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+        self._consumed = self.dataset.start
+
+    def __iter__(self) -> Iterator[Any]:
+        """The rest of the current epoch; when it is exhausted, the cursor moves to the next epoch."""
+        ds = self.dataset
+        ds.start, ds._yielded = self._consumed, 0
+        length = ds.epoch_length()
+        loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, **self.kwargs)
+        for batch in loader:
+            self._consumed = min(self._consumed + self.batch_size, length)
+            if isinstance(batch, dict):
+                self.skipped += int(batch.pop("__skipped__", 0))
+            yield batch
+        if self._consumed >= length:
+            ds.set_epoch(ds.epoch + 1)
+            self._consumed = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Small and JSON-serialisable: the plan parameters, the epoch and how far this rank got."""
+        return self.dataset.cursor(consumed=self._consumed)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_cursor(state)
+        self._consumed = self.dataset.start

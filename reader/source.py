@@ -1,0 +1,117 @@
+"""Where shard bytes come from: local files (memory-mapped) or any fsspec URL (ranged reads).
+
+Reads are by byte range from the manifest's offsets, so resuming never replays consumed data. `pipe:`
+URLs (which run a shell command, as webdataset allows) are refused: random access needs ranged reads,
+which fsspec URLs give without running anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import posixpath
+from collections import OrderedDict
+from typing import Any
+
+from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+
+MAX_OPEN = 64
+
+
+class ShardReadError(IOError):
+    """A shard that cannot be read as the manifest says (names the shard and byte offset)."""
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path or path.startswith("pipe:")
+
+
+def _check_pipe(path: str) -> None:
+    if path.startswith("pipe:"):
+        raise ManifestError(f"{path!r} is a pipe: URL, which would run a shell command; robowds reads by byte "
+                            "range and refuses it: use a local path or an fsspec URL (s3://, gs://, https://)")
+
+
+def load_manifest(source: str | os.PathLike[str],
+                  storage_options: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """(manifest, base) from a manifest path/URL or the folder holding it; base is its folder."""
+    text = os.fspath(source)
+    _check_pipe(text)
+    if not _is_url(text):
+        path = os.path.abspath(text)
+        if os.path.isdir(path):
+            path = os.path.join(path, MANIFEST_NAME)
+        with open(path, "rb") as fh:
+            return parse_manifest(fh.read(), path), os.path.dirname(path)
+    import fsspec
+
+    url = text if text.endswith(".json") else text.rstrip("/") + "/" + MANIFEST_NAME
+    with fsspec.open(url, "rb", **(storage_options or {})) as fh:
+        return parse_manifest(fh.read(), url), url.rsplit("/", 1)[0]
+
+
+class ShardSource:
+    """Byte ranges of shards under one base (a folder or URL prefix); one per DataLoader worker."""
+
+    def __init__(self, base: str, storage_options: dict[str, Any] | None = None,
+                 verify: dict[str, str] | None = None) -> None:
+        _check_pipe(base)
+        self.base = base
+        self.remote = _is_url(base)
+        self.storage_options = storage_options or {}
+        self.verify = verify or {}  # shard path -> sha256 to check before the first read
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+        self._verified: set[str] = set()
+        self._fs: Any = None
+
+    def location(self, path: str) -> str:
+        return posixpath.join(self.base, path) if self.remote else os.path.join(self.base, path)
+
+    def read(self, path: str, start: int, stop: int) -> memoryview:
+        """Bytes [start, stop) of shard `path`: a zero-copy view of the mapped file when local."""
+        if path in self.verify and path not in self._verified:
+            self._check_sha(path)
+        if self.remote:
+            data = self._filesystem().cat_file(self.location(path), start=start, end=stop)
+            view = memoryview(data)
+        else:
+            view = memoryview(self._map(path))[start:stop]
+        if len(view) != stop - start:
+            raise ShardReadError(f"shard {path}: byte {start + len(view)}: shard is truncated "
+                                 f"(wanted bytes {start}-{stop})")
+        return view
+
+    def _map(self, path: str) -> mmap.mmap:
+        mm = self._maps.get(path)
+        if mm is not None:
+            self._maps.move_to_end(path)
+            return mm
+        try:
+            with open(self.location(path), "rb") as fh:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
+        self._maps[path] = mm
+        if len(self._maps) > MAX_OPEN:
+            self._maps.popitem(last=False)  # not closed: arrays may still view it; GC unmaps it
+        return mm
+
+    def _filesystem(self) -> Any:
+        if self._fs is None:
+            import fsspec
+
+            self._fs = fsspec.url_to_fs(self.base, **self.storage_options)[0]
+        return self._fs
+
+    def _check_sha(self, path: str) -> None:
+        digest = hashlib.sha256()
+        if self.remote:
+            with self._filesystem().open(self.location(path), "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(chunk)
+        else:
+            digest.update(self._map(path))
+        if digest.hexdigest() != self.verify[path]:
+            raise ShardReadError(f"shard {path}: byte 0: sha256 does not match the manifest (corrupt or replaced)")
+        self._verified.add(path)
