@@ -1,0 +1,192 @@
+"""Collation of decoded samples into a training batch (`DataLoader(collate_fn=collate)`).
+
+A decoded sample (README, "Output: shards and manifest") holds fixed-shape windows `[T, N]` and their
+`[T]` masks, uint8 images `[H, W, C]`, text, a `meta` dict and possibly variable-length arrays (token
+ids `[L]` or `[L, D]`). `torch.utils.data.default_collate` fails on the last kind and nests dicts, so
+this module keeps one rule per kind of value:
+
+- numeric arrays of one shape -> stacked tensor `[B, ...]`, dtype kept, one copy;
+- numeric arrays whose first dim differs -> padded along dim 0 to a length L chosen by the pad mode,
+  plus `<field>_pad_mask` bool `[B, L]` (True = real element). Bool arrays pad with False;
+- Python / NumPy scalars and 0-d arrays -> tensor `[B]`;
+- anything else (str, dict, None, `__key__`, other `__*` fields) -> list of length B.
+
+Pad modes: `batch_max` pads to the longest in the batch; `max_len` to exactly `max_len`, TRUNCATING
+longer arrays (their pad mask is all True, the cut-off tail is lost); `multiple_of` to the longest
+rounded up to a multiple of `multiple_of` (fewer distinct shapes for compiled / cudnn kernels).
+The global mode applies to fields whose lengths happen to differ in a batch. A field named in
+`fields` is always padded and always gets its pad mask, so the batch layout does not depend on which
+samples a batch drew: list every truly variable-length field there.
+A bool `<field>_mask` with the same per-sample length as a padded `<field>` (the exported per-step
+masks) is padded to the same L with False and gets no pad mask of its own (`<field>_pad_mask` says it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+PAD_MODES = ("batch_max", "max_len", "multiple_of")
+PAD_MASK_SUFFIX = "_pad_mask"
+MASK_SUFFIX = "_mask"
+_SPEC_KEYS = frozenset({"pad", "max_len", "multiple_of", "pad_value"})
+_NUMERIC_KINDS = "biufc"  # bool, int, uint, float, complex: what torch.from_numpy takes
+_IMAGE_CHANNELS = (1, 3, 4)
+
+
+def _is_array(v: Any) -> bool:
+    return isinstance(v, np.ndarray) and v.ndim >= 1 and v.dtype.kind in _NUMERIC_KINDS
+
+
+def _is_scalar(v: Any) -> bool:
+    if isinstance(v, (bool, int, float)):
+        return True
+    return isinstance(v, (np.generic, np.ndarray)) and v.ndim == 0 and v.dtype.kind in _NUMERIC_KINDS
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    """torch.from_numpy rejects non-native byte order (e.g. '>f4' from a foreign .npy)."""
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def _check_spec(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """Fail at construction rather than on the first odd batch deep inside a DataLoader worker."""
+    unknown = set(spec) - _SPEC_KEYS
+    if unknown:
+        raise ValueError(f"{where}: unknown padding option(s) {sorted(unknown)}; allowed {sorted(_SPEC_KEYS)}")
+    if spec["pad"] not in PAD_MODES:
+        raise ValueError(f"{where}: pad must be one of {PAD_MODES}, got {spec['pad']!r}")
+    for name in ("max_len", "multiple_of"):
+        v = spec[name]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
+    if spec["pad"] != "batch_max" and spec[spec["pad"]] is None:  # the mode is named after its parameter
+        raise ValueError(f"{where}: pad={spec['pad']!r} needs {spec['pad']}=<int>")
+    return spec
+
+
+def _fill_value(pad_value: float, dtype: np.dtype, field: str) -> Any:
+    """Bool pads with False (padding is never real); ints refuse a value they would silently wrap."""
+    if dtype.kind == "b":
+        return False
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not float(pad_value).is_integer() or not info.min <= pad_value <= info.max:
+            raise ValueError(f"field {field!r}: pad_value {pad_value!r} does not fit dtype {dtype}")
+    return pad_value
+
+
+def _pack(arrays: list[np.ndarray], length: int, dtype: np.dtype, fill: Any, channels_first: bool) -> np.ndarray:
+    """Copy each array (cut or padded to `length` along dim 0) into one new buffer: one copy in all.
+    With channels_first the buffer is allocated [B, C, L, W] and written through a [B, L, W, C] view,
+    so the result is contiguous NCHW without a second copy."""
+    b, rest = len(arrays), arrays[0].shape[1:]
+    if channels_first:
+        out = np.empty((b, rest[1], length, rest[0]), dtype)  # [B, C, H, W]
+        view = out.transpose(0, 2, 3, 1)  # [B, H, W, C]
+    else:
+        out = view = np.empty((b, length, *rest), dtype)  # [B, L, ...]
+    for i, a in enumerate(arrays):
+        n = min(len(a), length)
+        view[i, :n] = a[:n]
+        if n < length:
+            view[i, n:] = fill
+    return out
+
+
+class Collate:
+    """Picklable collate_fn (plain attributes), so DataLoader workers can use it.
+
+    fields: per-field overrides of `pad`, `max_len`, `multiple_of`, `pad_value`, e.g.
+    `{"tokens": {"pad": "multiple_of", "multiple_of": 8, "pad_value": -1}}`; unset keys take the
+    constructor's values. channels_first: uint8 `[H, W, C]` arrays (C in 1, 3, 4) become contiguous
+    `[B, C, H, W]` (what torchvision / conv layers take); images whose H differs are padded first and
+    their pad mask indexes H.
+    """
+
+    def __init__(self, pad: str = "batch_max", max_len: int | None = None, multiple_of: int | None = None,
+                 pad_value: float = 0, fields: dict[str, dict] | None = None, channels_first: bool = False) -> None:
+        base = {"pad": pad, "max_len": max_len, "multiple_of": multiple_of, "pad_value": pad_value}
+        self.default = _check_spec(base, "Collate")
+        for name, spec in (fields or {}).items():
+            if not isinstance(spec, dict):
+                raise ValueError(f"fields[{name!r}] must be a dict of padding options, got {spec!r}")
+        self.fields = {name: _check_spec({**base, **spec}, f"fields[{name!r}]")
+                       for name, spec in (fields or {}).items()}
+        self.channels_first = channels_first
+
+    def __call__(self, samples: list[dict]) -> dict:
+        if not samples:
+            raise ValueError("cannot collate an empty batch")
+        keys = [s.get("__key__", f"<sample {i} without __key__>") for i, s in enumerate(samples)]
+        names = list(dict.fromkeys(name for s in samples for name in s))  # ordered union
+        for name in names:
+            for s, key in zip(samples, keys):
+                if name not in s:
+                    raise ValueError(f"field {name!r} is missing from sample {key!r}")
+        # Per-step masks are done after their field, whatever the dict order, to reuse its length.
+        paired = {n for n in names if n.endswith(MASK_SUFFIX) and n[:-len(MASK_SUFFIX)] in names}
+        out: dict[str, Any] = {}
+        padded: dict[str, tuple[list[int], int]] = {}  # field -> (per-sample lengths, L)
+        for name in [n for n in names if n not in paired] + [n for n in names if n in paired]:
+            values = [s[name] for s in samples]
+            base = padded.get(name[:-len(MASK_SUFFIX)]) if name in paired else None
+            if base is not None and all(_is_array(v) and v.dtype.kind == "b" and len(v) == n
+                                        for v, n in zip(values, base[0])):
+                out[name] = self._arrays(name, values, keys, length=base[1])[0]  # padded with False
+            elif name in self.fields and not all(map(_is_array, values)):
+                raise ValueError(f"field {name!r} is configured for padding but its values are not numeric arrays")
+            elif name.startswith("__") or not (all(map(_is_array, values)) or all(map(_is_scalar, values))):
+                out[name] = values  # str, dict, None, keys: nothing to stack
+            elif _is_scalar(values[0]):
+                stacked = np.stack([np.asarray(v) for v in values])  # [B]
+                out[name] = torch.from_numpy(stacked.astype(_native(stacked.dtype), copy=False))
+            else:
+                mask_name = name + PAD_MASK_SUFFIX
+                if mask_name in names:
+                    raise ValueError(f"field {mask_name!r} in the samples clashes with the pad mask of {name!r}")
+                out[name], pad_mask = self._arrays(name, values, keys)
+                if pad_mask is not None:
+                    out[mask_name] = pad_mask
+                    padded[name] = ([len(v) for v in values], pad_mask.shape[1])
+        order = [m for n in names for m in (n, n + PAD_MASK_SUFFIX)]
+        return {n: out[n] for n in order if n in out}
+
+    def _arrays(self, name: str, arrays: list[np.ndarray], keys: list[str],
+                length: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(stacked or padded tensor, pad mask or None) for one numeric-array field; `length` forces
+        padding to that length (a per-step mask following its field)."""
+        first = arrays[0]
+        if any(a.shape[1:] != first.shape[1:] for a in arrays):
+            seen: dict[tuple[int, ...], str] = {}
+            for a, key in zip(arrays, keys):
+                seen.setdefault(a.shape, key)  # each distinct shape with the first sample that has it
+            shapes = ", ".join(f"{shape} (sample {key!r})" for shape, key in seen.items())
+            raise ValueError(f"field {name!r}: arrays differ in dimensions other than the first: {shapes}")
+        dtypes = {a.dtype for a in arrays}
+        if len(dtypes) > 1:
+            raise ValueError(f"field {name!r}: arrays have different dtypes {sorted(map(str, dtypes))}")
+        dtype = _native(first.dtype)
+        channels_first = (self.channels_first and dtype == np.uint8 and first.ndim == 3
+                          and first.shape[-1] in _IMAGE_CHANNELS)
+        lengths = [len(a) for a in arrays]
+        pad = length is not None or name in self.fields or len(set(lengths)) > 1
+        if not pad and not channels_first:
+            return torch.from_numpy(np.stack(arrays, dtype=dtype)), None  # [B, T, ...]: one copy
+        if not pad:
+            return torch.from_numpy(_pack(arrays, lengths[0], dtype, None, True)), None  # [B, C, H, W]
+        spec = self.fields.get(name, self.default)
+        if length is None and spec["pad"] == "max_len":
+            length = spec["max_len"]
+        elif length is None:
+            step = spec["multiple_of"] if spec["pad"] == "multiple_of" else 1
+            length = -(-max(lengths) // step) * step  # longest, rounded up
+        fill = _fill_value(spec["pad_value"], dtype, name)
+        packed = torch.from_numpy(_pack(arrays, length, dtype, fill, channels_first))  # [B, L, ...]
+        pad_mask = torch.from_numpy(np.arange(length)[None, :] < np.asarray(lengths)[:, None])  # [B, L]
+        return packed, pad_mask
+
+
+collate = Collate()  # the default instance: batch_max padding with 0 / False
