@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,8 +11,6 @@ from export.job import run_export
 from export.synth import write_synthetic_store
 from export.validate import validate_store
 from export.verify import verify_export
-from reader.format import decode_npy, group_samples, iter_members
-from reader.manifest import MANIFEST_NAME, parse_manifest, shards_of
 
 
 def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:
@@ -36,18 +35,35 @@ def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:
     print(result.render())
     if not result.ok:
         return 1
-    print("5/5 read back the first training sample")
-    manifest = parse_manifest((out / MANIFEST_NAME).read_bytes())
-    shard = shards_of(manifest, "train")[0]
-    start, stop = shard.sample_span(0)
-    with open(out / shard.path, "rb") as fh:
-        fh.seek(start)
-        key, _, members = next(group_samples(iter_members(fh.read(stop - start))))
-    print(f"  key {key}")
-    for name, data in sorted(members.items()):
-        if name.endswith(".npy"):
-            arr = decode_npy(data)
-            print(f"  {name:<24} {arr.dtype}{list(arr.shape)}")
-        else:
-            print(f"  {name:<24} {len(data)} bytes")
-    return 0
+    print("5/5 train-style read: 2 DataLoader workers, stop half-way, save the cursor, resume in a new loader")
+    return _read_and_resume(out)
+
+
+def _read_and_resume(out: Path) -> int:
+    from reader import ShardDataset, ShardLoader
+
+    def loader() -> ShardLoader:
+        return ShardLoader(ShardDataset(out, "train", seed=0), batch_size=32, num_workers=2)
+
+    reference = [key for batch in loader() for key in batch["__key__"]]
+    first = loader()
+    half = len(first) // 2
+    head: list[str] = []
+    for i, batch in enumerate(first):
+        head += batch["__key__"]
+        if i + 1 == half:
+            break
+    cursor = json.dumps(first.state_dict())
+    print(f"  read {half} of {len(first)} batches; cursor ({len(cursor)} bytes): {cursor}")
+    batch = None
+    second = loader()
+    second.load_state_dict(json.loads(cursor))
+    tail: list[str] = []
+    for batch in second:
+        tail += batch["__key__"]
+    same = head + tail == reference
+    print(f"  resumed: {len(tail)} more samples; identical to the uninterrupted epoch: {same}")
+    if batch is not None:
+        for name, value in sorted(batch.items()):
+            print(f"  {name:<20} {getattr(value, 'dtype', type(value).__name__)} {list(getattr(value, 'shape', []))}")
+    return 0 if same else 1
