@@ -4,7 +4,6 @@ exactly-once under elastic re-plans, worker dealing; and shuffle quality on a re
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -91,11 +90,11 @@ def test_worker_dealing_partitions_the_rest(length: int, start: int, batch: int,
     assert merged == list(range(start, length))
 
 
-def test_plan_is_fast_for_10m_samples() -> None:
-    counts = tuple([10_000] * 1000)  # 10M samples
-    began = time.perf_counter()
+def test_plan_of_10m_samples() -> None:
+    """Size check only (tests are not timed): ~1 s here for 10M samples, see README."""
+    counts = tuple([10_000] * 1000)
     seq = rank_sequence(PlanSpec(counts, 0, True, 4096, "pad"), 3, 8, 5)
-    assert len(seq) == 1_250_000 and time.perf_counter() - began < 5.0  # measured ~1 s here
+    assert len(seq) == 1_250_000 and len(np.unique(seq)) == 1_250_000
 
 
 def test_split_ranks_pads_with_the_first_samples() -> None:
