@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import re
 import struct
-import tarfile
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
