@@ -27,7 +27,11 @@ Transform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
 
 def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """Explicit arguments, else the initialised process group, else torchrun's environment, else 1 rank."""
+    if (rank is None) != (world_size is None):
+        raise ValueError("pass both rank and world_size, or neither (then torch.distributed or torchrun decide)")
     if rank is not None and world_size is not None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world size {world_size}")
         return int(rank), int(world_size)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -155,11 +159,12 @@ class ShardDataset(IterableDataset):
             samples = [self._read(source, i) for i in ids]
             kept = [s for s in samples if s is not None]
             self._yielded += 1
-            if kept:
-                batch = self.collate_fn(kept)
-                if isinstance(batch, dict):
-                    batch["__skipped__"] = len(samples) - len(kept)
-                yield batch
+            # one item per planned batch, always: every rank keeps the same number of steps (DDP) and
+            # the loader's cursor stays exact; a batch whose samples were all skipped has no keys
+            batch = self.collate_fn(kept) if kept else {"__key__": []}
+            if isinstance(batch, dict):
+                batch["__skipped__"] = len(samples) - len(kept)
+            yield batch
 
     def _read(self, source: ShardSource, sample_id: int) -> dict[str, Any] | None:
         k = int(np.searchsorted(self._first, sample_id, side="right") - 1)

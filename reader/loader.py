@@ -36,7 +36,6 @@ class ShardLoader:
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
         self.kwargs = dataloader_kwargs
-        self._consumed = dataset.start
         self.skipped = 0  # samples skipped with on_error="skip", over this loader's life
 
     def __len__(self) -> int:
@@ -45,28 +44,28 @@ class ShardLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
-        self._consumed = self.dataset.start
 
     def __iter__(self) -> Iterator[Any]:
-        """The rest of the current epoch; when it is exhausted, the cursor moves to the next epoch."""
+        """The rest of the current epoch; when it is exhausted, the cursor moves to the next epoch.
+
+        The dataset's `start` is the cursor: the workers got their copy when the iterator was made,
+        so it is advanced here, batch by batch, as batches are handed out."""
         ds = self.dataset
-        ds.start, ds._yielded = self._consumed, 0
+        ds._yielded = 0
         length = ds.epoch_length()
         loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, collate_fn=_already_collated,
                             **self.kwargs)
         for batch in loader:
-            self._consumed = min(self._consumed + self.batch_size, length)
+            ds.start = min(ds.start + self.batch_size, length)
             if isinstance(batch, dict):
                 self.skipped += int(batch.pop("__skipped__", 0))
             yield batch
-        if self._consumed >= length:
+        if ds.start >= length:
             ds.set_epoch(ds.epoch + 1)
-            self._consumed = 0
 
     def state_dict(self) -> dict[str, Any]:
         """Small and JSON-serialisable: the plan parameters, the epoch and how far this rank got."""
-        return self.dataset.cursor(consumed=self._consumed)
+        return self.dataset.cursor()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_cursor(state)
-        self._consumed = self.dataset.start

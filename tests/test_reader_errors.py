@@ -157,3 +157,27 @@ def test_reads_and_resumes_from_s3(exported: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_fully_skipped_batch_keeps_step_count_order_and_cursor(copy: Path, exported: Path, workers: int) -> None:
+    path, offsets, _ = shard_info(copy)
+    data = bytearray(path.read_bytes())
+    data[offsets[4]: offsets[4] + 512] = b"\xff" * 512
+    path.write_bytes(bytes(data))
+    good = ShardLoader(ShardDataset(exported, "train", seed=5), batch_size=1, num_workers=workers)
+    bad = ShardLoader(ShardDataset(copy, "train", seed=5, on_error="skip"), batch_size=1, num_workers=workers)
+    good_keys = [b["__key__"] for b in good]
+    bad_keys, states = [], []
+    for b in bad:
+        bad_keys.append(b["__key__"])
+        states.append(bad.state_dict()["consumed"])
+    assert len(bad_keys) == len(good_keys) == len(good)  # one step per planned batch: DDP stays in step
+    assert [k for k in bad_keys if k] == [k for k in good_keys if k != good_keys[bad_keys.index([])]]
+    assert bad_keys.count([]) == 1 and bad.skipped == 1
+    assert states[:-1] == list(range(1, len(good_keys)))  # the cursor counts planned positions
+
+
+def test_rank_without_world_size_is_refused(exported: Path) -> None:
+    with pytest.raises(ValueError, match="both rank and world_size"):
+        ShardDataset(exported, "train", rank=1)

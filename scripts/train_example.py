@@ -1,0 +1,200 @@
+"""A tiny behaviour-cloning policy trained on a robowds export: DDP on CPU (gloo), resumable.
+
+An MLP reads the `joints` window (normalised with the manifest's statistics, padded steps zeroed, plus
+the mask) and predicts the `actions` window; the loss is the MSE over the real action steps only
+(`actions_mask`). Batches come from `ShardLoader`, which splits the epoch across ranks and DataLoader
+workers and has a cursor (`state_dict()`), so a resumed run reads exactly the batches the killed run
+would have read next.
+
+    # one process
+    python scripts/train_example.py --data OUT --epochs 2 --checkpoint ckpt.pt --every 50 --log-file log.jsonl
+    # two ranks on one machine (gloo, CPU)
+    python -m torch.distributed.run --nproc_per_node=2 scripts/train_example.py --data OUT ...
+    # killed? run the same command with --resume: continues from the last checkpoint
+    python -m torch.distributed.run --nproc_per_node=2 scripts/train_example.py --data OUT ... --resume
+
+Every `--every` steps rank 0 writes the checkpoint atomically (temp file, fsync, os.replace): model,
+optimizer, step, the torch RNG state and the loader cursor (as a JSON string; the cursor does not
+depend on the rank, and every rank has the same one). The checkpoint is read back with
+`torch.load(weights_only=True)`. Steps after the last checkpoint are redone on resume, with the same
+batches and the same results. `--max-steps N` stops after step N without a final checkpoint, as a kill
+would. Rank 0 appends one JSON line per step to `--log-file` (alias `--log`, which torchrun's own
+argument parser refuses as an ambiguous abbreviation of its `--log-dir`/`--logs-specs`): step, epoch,
+loss (mean over ranks) and the first `__key__` of each rank's batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from reader.dataset import ShardDataset
+from reader.loader import ShardLoader
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="export folder (holds manifest.json) or its URL")
+    p.add_argument("--split", default="train")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0, help="model init and the reader's epoch plan")
+    p.add_argument("--checkpoint", type=Path, help="checkpoint file (written by rank 0)")
+    p.add_argument("--every", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument("--max-steps", type=int, default=0, help="stop after this global step, without a checkpoint")
+    p.add_argument("--log-file", "--log", dest="log", type=Path,
+                   help="JSONL log, one line per step (appended; rank 0). Under torchrun spell it --log-file: "
+                        "torchrun's own parser rejects --log as an ambiguous abbreviation of its --log-dir")
+    args = p.parse_args(argv)
+    if (args.every or args.resume) and args.checkpoint is None:
+        p.error("--every and --resume need --checkpoint")
+    if args.resume and not args.checkpoint.is_file():
+        p.error(f"--resume: no checkpoint at {args.checkpoint}")
+    return args
+
+
+class Policy(nn.Module):
+    """[B, T, N] joints + [B, T] mask -> [B, Ta, Na] actions."""
+
+    def __init__(self, joints_shape: tuple[int, int], actions_shape: tuple[int, int], hidden: int) -> None:
+        super().__init__()
+        (t, n), (ta, na) = joints_shape, actions_shape
+        self.actions_shape = (ta, na)
+        self.net = nn.Sequential(nn.Linear(t * n + t, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+                                 nn.Linear(hidden, ta * na))
+
+    def forward(self, joints: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([(joints * mask[..., None]).flatten(1), mask.float()], dim=1)  # [B, T*N + T]
+        return self.net(x).view(-1, *self.actions_shape)
+
+
+class Normaliser:
+    """(x - mean) / std per channel, from the manifest's statistics of the split."""
+
+    def __init__(self, stats: dict[str, Any]) -> None:
+        self.mean = torch.tensor(stats["mean"], dtype=torch.float32)  # [N]
+        self.std = torch.tensor(stats["std"], dtype=torch.float32).clamp_min(1e-6)  # [N]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() - self.mean) / self.std
+
+
+def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the real steps only: pred/target [B, T, N], mask [B, T] bool."""
+    m = mask[..., None].to(pred.dtype)  # [B, T, 1]
+    return ((pred - target) ** 2 * m).sum() / (m.sum() * pred.shape[-1]).clamp_min(1.0)
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Atomic: a reader (or a resume after a kill) sees the old checkpoint or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ  # started by torchrun
+    if distributed:
+        dist.init_process_group("gloo")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    torch.manual_seed(args.seed)  # same init on every rank (DDP also broadcasts rank 0's weights)
+
+    dataset = ShardDataset(args.data, args.split, seed=args.seed, policy="pad")  # rank/world from the group
+    loader = ShardLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
+    schema, stats = dataset.manifest["schema"], dataset.manifest["stats"][args.split]
+    norm_joints, norm_actions = Normaliser(stats["joints"]), Normaliser(stats["actions"])
+    model = Policy(tuple(schema["joints"]["shape"]), tuple(schema["actions"]["shape"]), args.hidden)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+
+    step = 0
+    if args.resume:
+        state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)  # tensors and plain data only
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(json.loads(state["loader"]))
+        torch.set_rng_state(state["rng"])
+        step = int(state["step"])
+        if rank == 0:
+            print(f"resumed from {args.checkpoint}: step {step}, epoch {dataset.epoch}, "
+                  f"{loader.state_dict()['consumed']} samples of it consumed per rank", flush=True)
+    net = DistributedDataParallel(model) if distributed else model
+
+    def checkpoint() -> None:
+        if rank == 0:
+            save_checkpoint(args.checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                              "step": step, "loader": json.dumps(loader.state_dict()),
+                                              "rng": torch.get_rng_state(), "world_size": world})
+        if distributed:
+            dist.barrier()  # nobody runs ahead of a checkpoint that is still being written
+
+    log = open(args.log, "a", encoding="utf-8") if (args.log and rank == 0) else None
+    start, stopped, saved_at = time.perf_counter(), False, step
+    try:
+        for epoch in range(dataset.epoch, args.epochs):
+            loader.set_epoch(epoch)  # no-op when resuming inside this epoch
+            for batch in loader:
+                pred = net(norm_joints(batch["joints"]), batch["joints_mask"])
+                loss = masked_mse(pred, norm_actions(batch["actions"]), batch["actions_mask"])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # DDP averages the gradients over ranks here
+                optimizer.step()
+                step += 1
+                mean_loss = loss.detach().clone()
+                first_keys = [batch["__key__"][0]]
+                if distributed:
+                    dist.all_reduce(mean_loss)
+                    mean_loss /= world
+                    first_keys = [None] * world
+                    dist.all_gather_object(first_keys, batch["__key__"][0])
+                if log is not None:
+                    log.write(json.dumps({"step": step, "epoch": epoch, "loss": float(mean_loss),
+                                          "first_keys": first_keys, "batch": len(batch["__key__"])}) + "\n")
+                    log.flush()
+                if args.every and step % args.every == 0:
+                    checkpoint()
+                    saved_at = step
+                if args.max_steps and step >= args.max_steps:
+                    stopped = True
+                    break
+            if stopped:
+                break
+        if args.checkpoint is not None and not stopped and saved_at != step:
+            checkpoint()
+        if rank == 0:
+            how = f"stopped at --max-steps {args.max_steps}" if stopped else "done"
+            print(f"{how}: step {step}, epoch {dataset.epoch}, {world} rank(s), "
+                  f"{time.perf_counter() - start:.1f} s", flush=True)
+    finally:
+        if log is not None:
+            log.close()
+        if distributed:
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

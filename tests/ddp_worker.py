@@ -1,0 +1,62 @@
+"""One rank of the DDP reader test (`tests/test_ddp.py`), started by `torchrun` on gloo.
+
+Reads one epoch of a split with `ShardLoader(ShardDataset(...))`, taking rank and world size from the
+initialised process group, and does one `all_reduce` per batch as DDP's gradient sync would: if the
+ranks got different batch counts, the one with more batches blocks in its extra `all_reduce` (the test
+fails on its timeout). Writes `<outdir>/rank<r>.json`: the batch count and every `__key__` in order.
+
+usage: torchrun --nproc_per_node=2 tests/ddp_worker.py OUT OUTDIR --policy pad --batch-size 8 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from reader.dataset import ShardDataset
+from reader.loader import ShardLoader
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("out", help="export folder (holds manifest.json)")
+    p.add_argument("outdir", type=Path, help="where rank<r>.json goes")
+    p.add_argument("--split", default="train")
+    p.add_argument("--policy", default="pad")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--workers", type=int, default=0)
+    args = p.parse_args()
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    loader = ShardLoader(ShardDataset(args.out, args.split, seed=args.seed, policy=args.policy),
+                         batch_size=args.batch_size, num_workers=args.workers)
+    keys: list[str] = []
+    batches = 0
+    synced = torch.zeros(1)
+    for batch in loader:
+        keys.extend(batch["__key__"])
+        batches += 1
+        grad = torch.tensor([float(len(batch["__key__"]))])  # stands in for a gradient
+        dist.all_reduce(grad)  # blocks forever (until the timeout) if another rank has no batch left
+        synced += grad
+    total = torch.tensor([float(batches)])
+    dist.all_reduce(total, op=dist.ReduceOp.MAX)
+    record = {"rank": rank, "world_size": world, "batches": batches, "max_batches": int(total.item()),
+              "len": len(loader), "keys": keys, "synced_samples": int(synced.item()),
+              "dataset_world": [loader.dataset.rank, loader.dataset.world_size], "pid": os.getpid()}
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    (args.outdir / f"rank{rank}.json").write_text(json.dumps(record))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Real multi-process runs: `torchrun --nproc_per_node=2` on gloo (CPU).
+
+1. The reader under DDP (`tests/ddp_worker.py`): every rank gets the same number of batches (one
+   `all_reduce` per batch, as DDP's gradient sync does, so unequal counts would hang and hit the
+   timeout), each rank's keys are exactly its part of the epoch plan in order (whatever the number of
+   DataLoader workers), and across ranks:
+   - `drop`, even sample count: every key of the split exactly once;
+   - `pad`, odd count: every key, and exactly one key twice: the first of the epoch order (rank 0's
+     first sample), repeated as rank 1's last sample to even out the ranks;
+   - `drop`, odd count: every key but one, each once: the last of the epoch order, skipped this epoch.
+2. `scripts/train_example.py` under DDP: a run killed after step 6 (`--max-steps`, last checkpoint at
+   step 4) and resumed with `--resume` redoes steps 5.. with exactly the batches and losses of the
+   uninterrupted run.
+
+Every torchrun gets a free port and a timeout; on timeout the whole process group (torchrun and its
+ranks) is killed, so a hang fails the test instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from export.cli import main as robowds
+from export.synth import write_synthetic_store
+from reader.format import group_samples, iter_members
+from reader.manifest import shards_of
+from reader.plan import PlanSpec, epoch_order, rank_sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).with_name("ddp_worker.py")
+TRAIN = ROOT / "scripts" / "train_example.py"
+TIMEOUT_S = 120
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
+    """Run `script` on `nproc` ranks; its combined output. Fails the test on non-zero exit or timeout.
+    The free port can be taken by someone else before torchrun binds it: then it retries once."""
+    for attempt in range(2):
+        code, out = _torchrun_once(script, args, nproc, timeout)
+        if code == 0 or attempt or "address already in use" not in out.lower():
+            break
+    assert code == 0, f"torchrun {script.name} {' '.join(args)} exited {code}:\n{out[-4000:]}"
+    return out
+
+
+def _torchrun_once(script: Path, args: tuple[str, ...], nproc: int, timeout: float) -> tuple[int, str]:
+    """(exit code, output) of one torchrun.
+
+    Output goes to a file, not a pipe, and on timeout the ranks are killed by pid before torchrun: the
+    elastic agent starts each rank in its own session, so killing torchrun's process group alone would
+    leave hung ranks behind, orphaned (and holding a pipe open)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                children = psutil.Process(proc.pid).children(recursive=True)  # the ranks and their workers
+                for child in children:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        child.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            log.seek(0)
+            pytest.fail(f"torchrun {script.name} {' '.join(args)} hung (> {timeout} s; ranks with unequal batch "
+                        f"counts block in all_reduce):\n{log.read()[-4000:]}")
+        log.seek(0)
+        return proc.returncode, log.read()
+
+
+def split_keys(out: Path, split: str = "train") -> list[str]:
+    """The split's keys in sample-id order (shards in manifest order), read from the shard bytes."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    keys: list[str] = []
+    for shard in shards_of(manifest, split):
+        found = [key for key, _, _ in group_samples(iter_members((out / shard.path).read_bytes(), shard.path))]
+        assert len(found) == shard.samples, shard.path
+        keys += found
+    assert len(keys) == manifest["splits"][split]["samples"] == len(set(keys))
+    return keys
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ddp") / "store"
+    write_synthetic_store(root, episodes=6, seed=0)
+    return root
+
+
+@pytest.fixture(scope="module")
+def exports(store: Path) -> dict[int, Path]:
+    """{parity: export}: small exports (shards of <= 50 samples) whose train split has an even (0) / odd
+    (1) sample count. Deterministic: strides are tried in a fixed order, the first of each parity wins."""
+    found: dict[int, Path] = {}
+    for stride in range(3, 12):
+        out = store.parent / f"out-stride{stride}"
+        assert robowds(["export", str(store), str(out), "--quiet", "--workers", "1", "--stride", str(stride),
+                        "--set", "shard.max_samples=50"]) == 0
+        n = json.loads((out / "manifest.json").read_text())["splits"]["train"]["samples"]
+        found.setdefault(n % 2, out)
+        if len(found) == 2:
+            return found
+    raise AssertionError("no stride in 3..11 gave both an even and an odd train split")
+
+
+def run_reader(out: Path, results: Path, policy: str, batch_size: int, workers: int, seed: int) -> list[dict]:
+    torchrun(WORKER, str(out), str(results), "--policy", policy, "--batch-size", str(batch_size),
+             "--workers", str(workers), "--seed", str(seed))
+    ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(2)]
+    keys = split_keys(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    spec = PlanSpec(tuple(s.samples for s in shards_of(manifest, "train")), seed=seed, policy=policy)
+    per_rank = len(rank_sequence(spec, 0, 2, 0))
+    for r, rec in enumerate(ranks):
+        assert rec["rank"] == r and rec["dataset_world"] == [r, 2]  # taken from the process group
+        assert rec["batches"] == rec["max_batches"] == rec["len"] == -(-per_rank // batch_size)
+        assert rec["keys"] == [keys[i] for i in rank_sequence(spec, 0, 2, r)]  # the plan's order, any workers
+        assert len(rec["keys"]) == per_rank and len(set(rec["keys"])) == per_rank
+        assert rec["synced_samples"] == 2 * per_rank  # every all_reduce paired up
+    return ranks
+
+
+def test_drop_even_count_reads_every_key_once(exports: dict[int, Path], tmp_path: Path) -> None:
+    out = exports[0]
+    ranks = run_reader(out, tmp_path, "drop", batch_size=8, workers=2, seed=7)
+    seen = ranks[0]["keys"] + ranks[1]["keys"]
+    assert len(seen) == len(set(seen))
+    assert sorted(seen) == sorted(split_keys(out))
+
+
+def test_pad_odd_count_repeats_exactly_the_first_key(exports: dict[int, Path], tmp_path: Path) -> None:
+    out = exports[1]
+    keys = split_keys(out)
+    ranks = run_reader(out, tmp_path, "pad", batch_size=8, workers=3, seed=7)
+    counts = collections.Counter(ranks[0]["keys"] + ranks[1]["keys"])
+    assert set(counts) == set(keys)
+    repeated = [k for k, c in counts.items() if c > 1]
+    assert len(repeated) == 1 and counts[repeated[0]] == 2 and sum(counts.values()) == len(keys) + 1
+    # pad fills rank 1's tail with the first sample(s) of the epoch order: here exactly one
+    assert repeated[0] == ranks[0]["keys"][0] == ranks[1]["keys"][-1]
+
+
+def test_drop_odd_count_skips_exactly_the_last_key(exports: dict[int, Path], tmp_path: Path) -> None:
+    out = exports[1]
+    keys = split_keys(out)
+    ranks = run_reader(out, tmp_path, "drop", batch_size=8, workers=0, seed=7)
+    seen = ranks[0]["keys"] + ranks[1]["keys"]
+    assert len(seen) == len(set(seen)) == len(keys) - 1
+    missing = set(keys) - set(seen)
+    counts = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"]
+    last = int(epoch_order([s["samples"] for s in counts], seed=7, epoch=0)[-1])
+    assert missing == {keys[last]}  # the tail of this epoch's order (a different one each epoch)
+
+
+def read_log(path: Path) -> dict[int, dict]:
+    return {rec["step"]: rec for rec in map(json.loads, path.read_text().splitlines())}
+
+
+def test_train_example_resumes_exactly(exports: dict[int, Path], tmp_path: Path) -> None:
+    out = exports[1]
+    common = ["--data", str(out), "--epochs", "2", "--batch-size", "12", "--workers", "2", "--every", "4"]
+    torchrun(TRAIN, *common, "--checkpoint", str(tmp_path / "full.pt"), "--log-file", str(tmp_path / "full.jsonl"))
+    full = read_log(tmp_path / "full.jsonl")
+    n = json.loads((out / "manifest.json").read_text())["splits"]["train"]["samples"]
+    per_rank = -(-n // 2)  # pad: ceil(n / 2) samples per rank
+    steps = 2 * -(-per_rank // 12)  # 2 epochs of ceil(per_rank / 12) batches
+    assert sorted(full) == list(range(1, steps + 1)) and steps >= 10
+    assert {rec["epoch"] for rec in full.values()} == {0, 1}
+
+    ckpt = tmp_path / "killed.pt"
+    killed = torchrun(TRAIN, *common, "--checkpoint", str(ckpt), "--log-file", str(tmp_path / "a.jsonl"),
+                      "--max-steps", "6")
+    assert "stopped at --max-steps 6" in killed
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    assert state["step"] == 4  # the kill lost steps 5 and 6
+    assert json.loads(state["loader"])["consumed"] == 4 * 12 and json.loads(state["loader"])["world_size"] == 2
+    first = read_log(tmp_path / "a.jsonl")
+    assert sorted(first) == list(range(1, 7))
+
+    resumed_out = torchrun(TRAIN, *common, "--checkpoint", str(ckpt), "--log-file", str(tmp_path / "b.jsonl"),
+                           "--resume")
+    assert "resumed from" in resumed_out and "step 4" in resumed_out
+    resumed = read_log(tmp_path / "b.jsonl")
+    assert sorted(resumed) == list(range(5, steps + 1))  # redoes what followed the last checkpoint
+    for step in range(1, steps + 1):
+        ref, got = full[step], (first if step <= 6 else resumed)[step]
+        assert got["first_keys"] == ref["first_keys"] and got["epoch"] == ref["epoch"], step
+        assert abs(got["loss"] - ref["loss"]) <= 1e-6, (step, got["loss"], ref["loss"])
+        if step in resumed:  # steps 5, 6 were done twice: identically
+            assert resumed[step] == ref
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]  # atomic writes left no temp file
+
+
+def test_train_example_runs_without_torchrun(exports: dict[int, Path], tmp_path: Path) -> None:
+    """One process, no process group (in-process, so no RANK in the environment): the same script."""
+    assert "RANK" not in os.environ
+    spec = importlib.util.spec_from_file_location("train_example", TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    common = ["--data", str(exports[0]), "--batch-size", "16", "--epochs", "1", "--hidden", "32"]
+    assert module.main([*common, "--max-steps", "5", "--log-file", str(tmp_path / "full.jsonl")]) == 0
+    ckpt = str(tmp_path / "one.pt")
+    assert module.main([*common, "--checkpoint", ckpt, "--every", "2", "--max-steps", "3",
+                        "--log", str(tmp_path / "a.jsonl")]) == 0
+    assert module.main([*common, "--checkpoint", ckpt, "--resume", "--max-steps", "5",
+                        "--log", str(tmp_path / "b.jsonl")]) == 0
+    full, resumed = read_log(tmp_path / "full.jsonl"), read_log(tmp_path / "b.jsonl")
+    assert sorted(full) == [1, 2, 3, 4, 5] and sorted(resumed) == [3, 4, 5]  # checkpoint at 2, kill after 3
+    assert all(len(rec["first_keys"]) == 1 for rec in full.values())
+    for step in resumed:
+        assert resumed[step]["first_keys"] == full[step]["first_keys"]
+        assert abs(resumed[step]["loss"] - full[step]["loss"]) <= 1e-6
