@@ -153,9 +153,15 @@ class ShardDataset(IterableDataset):
                 self._yielded += 1
                 if sample is not None:
                     yield sample
-            return
+        else:
+            yield from self._batches(source, sequence, positions)
+        # a finished pass leaves no cursor behind: iterating again (without set_epoch) replays the
+        # whole epoch, as a DistributedSampler-driven loader would
+        self.start, self._yielded = 0, 0
+
+    def _batches(self, source: ShardSource, sequence: np.ndarray, positions: np.ndarray) -> Iterator[Any]:
         for lo in range(0, len(positions), self.batch_size):
-            ids = sequence[positions[lo:lo + self.batch_size]].tolist()
+            ids = sequence[positions[lo:lo + self.batch_size]].tolist()  # [<=B]
             samples = [self._read(source, i) for i in ids]
             kept = [s for s in samples if s is not None]
             self._yielded += 1

@@ -52,15 +52,16 @@ class ShardLoader:
         so it is advanced here, batch by batch, as batches are handed out."""
         ds = self.dataset
         ds._yielded = 0
-        length = ds.epoch_length()
+        length, position = ds.epoch_length(), ds.start
         loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, collate_fn=_already_collated,
                             **self.kwargs)
         for batch in loader:
-            ds.start = min(ds.start + self.batch_size, length)
+            position = min(position + self.batch_size, length)
+            ds.start = position
             if isinstance(batch, dict):
                 self.skipped += int(batch.pop("__skipped__", 0))
             yield batch
-        if ds.start >= length:
+        if position >= length:
             ds.set_epoch(ds.epoch + 1)
 
     def state_dict(self) -> dict[str, Any]:

@@ -179,3 +179,12 @@ def test_transform_gets_a_deterministic_rng(dataset_dir: Path) -> None:
     second = make_loader(dataset_dir, workers=1, transform=jitter)
     second.load_state_dict(first.state_dict())
     assert head + consume(second, epochs=1) == reference
+
+
+def test_plain_dataset_iterates_again_after_a_full_pass(dataset_dir: Path) -> None:
+    ds = ShardDataset(dataset_dir, "train", seed=7, block=16)
+    first = [s["__key__"] for s in ds]
+    assert [s["__key__"] for s in ds] == first  # same epoch again, not an empty pass
+    ds.set_epoch(1)
+    second = [s["__key__"] for s in ds]
+    assert sorted(second) == sorted(first) and second != first
