@@ -17,6 +17,7 @@ from typing import Any
 from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 
 MAX_OPEN = 64
+PREFETCH_MIN = 64 * 1024  # smaller samples already sit in the kernel's own read-ahead window
 
 
 class ShardReadError(IOError):
@@ -62,6 +63,7 @@ class ShardSource:
         self.storage_options = storage_options or {}
         self.verify = verify or {}  # shard path -> sha256 to check before the first read
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+        self._fds: OrderedDict[str, int] = OrderedDict()  # for read-ahead hints only
         self._verified: set[str] = set()
         self._fs: Any = None
 
@@ -81,6 +83,22 @@ class ShardSource:
             raise ShardReadError(f"shard {path}: byte {start + len(view)}: shard is truncated "
                                  f"(wanted bytes {start}-{stop})")
         return view
+
+    def will_need(self, path: str, start: int, stop: int) -> None:
+        """Ask the kernel to start reading a byte range we will read soon (local files; asynchronous),
+        so disk reads of upcoming samples overlap decoding of the current ones."""
+        if self.remote or stop - start < PREFETCH_MIN:
+            return
+        fd = self._fds.get(path)
+        if fd is None:
+            try:
+                fd = os.open(self.location(path), os.O_RDONLY)
+            except OSError:
+                return  # the real read will report it
+            self._fds[path] = fd
+            if len(self._fds) > MAX_OPEN:
+                os.close(self._fds.popitem(last=False)[1])
+        os.posix_fadvise(fd, start, stop - start, os.POSIX_FADV_WILLNEED)
 
     def _map(self, path: str) -> mmap.mmap:
         mm = self._maps.get(path)
