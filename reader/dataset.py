@@ -8,6 +8,7 @@ seeks straight to the first unconsumed sample.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from typing import Any, Callable, Iterator
 
@@ -148,41 +149,34 @@ class ShardDataset(IterableDataset):
         unit = self.batch_size if self.collate_fn is not None else 1
         positions = positions[self._yielded * unit:]
         source = ShardSource(self.base, self.storage_options, self.verify)
-        ahead = iter(positions[PREFETCH:].tolist())
-        for pos in positions[:PREFETCH].tolist():
-            self._will_need(source, int(sequence[pos]))
+        samples = self._samples(source, sequence[positions].tolist())
         if self.collate_fn is None:
-            for pos in positions.tolist():
-                nxt = next(ahead, None)
-                if nxt is not None:
-                    self._will_need(source, int(sequence[nxt]))
-                sample = self._read(source, int(sequence[pos]))
+            for sample in samples:
                 self._yielded += 1
                 if sample is not None:
                     yield sample
         else:
-            yield from self._batches(source, sequence, positions, ahead)
+            while chunk := list(itertools.islice(samples, self.batch_size)):
+                kept = [s for s in chunk if s is not None]
+                self._yielded += 1
+                # one item per planned batch, always: every rank keeps the same number of steps (DDP)
+                # and the loader's cursor stays exact; a batch whose samples were all skipped has no keys
+                batch = self.collate_fn(kept) if kept else {"__key__": []}
+                if isinstance(batch, dict):
+                    batch["__skipped__"] = len(chunk) - len(kept)
+                yield batch
         # a finished pass leaves no cursor behind: iterating again (without set_epoch) replays the
         # whole epoch, as a DistributedSampler-driven loader would
         self.start, self._yielded = 0, 0
 
-    def _batches(self, source: ShardSource, sequence: np.ndarray, positions: np.ndarray,
-                 ahead: Iterator[int]) -> Iterator[Any]:
-        for lo in range(0, len(positions), self.batch_size):
-            ids = sequence[positions[lo:lo + self.batch_size]].tolist()  # [<=B]
-            for _ in ids:
-                nxt = next(ahead, None)
-                if nxt is not None:
-                    self._will_need(source, int(sequence[nxt]))
-            samples = [self._read(source, i) for i in ids]
-            kept = [s for s in samples if s is not None]
-            self._yielded += 1
-            # one item per planned batch, always: every rank keeps the same number of steps (DDP) and
-            # the loader's cursor stays exact; a batch whose samples were all skipped has no keys
-            batch = self.collate_fn(kept) if kept else {"__key__": []}
-            if isinstance(batch, dict):
-                batch["__skipped__"] = len(samples) - len(kept)
-            yield batch
+    def _samples(self, source: ShardSource, ids: list[int]) -> Iterator[dict[str, Any] | None]:
+        """Decoded samples of `ids` in order (None = skipped), announcing reads PREFETCH ahead."""
+        for sample_id in ids[:PREFETCH]:
+            self._will_need(source, sample_id)
+        for n, sample_id in enumerate(ids):
+            if n + PREFETCH < len(ids):
+                self._will_need(source, ids[n + PREFETCH])
+            yield self._read(source, sample_id)
 
     def _locate(self, sample_id: int) -> tuple[Any, int, int]:
         k = int(np.searchsorted(self._first, sample_id, side="right") - 1)
