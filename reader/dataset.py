@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -23,7 +25,8 @@ from reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_posi
 from reader.source import ShardReadError, ShardSource, load_manifest
 
 STATE_VERSION = 1
-PREFETCH = 16  # samples ahead for which local reads are started early (posix_fadvise WILLNEED)
+READ_AHEAD = 16  # samples whose (large or remote) reads may be in flight ahead of decoding
+READ_THREADS = 4
 Transform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
 
 
@@ -170,27 +173,34 @@ class ShardDataset(IterableDataset):
         self.start, self._yielded = 0, 0
 
     def _samples(self, source: ShardSource, ids: list[int]) -> Iterator[dict[str, Any] | None]:
-        """Decoded samples of `ids` in order (None = skipped), announcing reads PREFETCH ahead."""
-        for sample_id in ids[:PREFETCH]:
-            self._will_need(source, sample_id)
-        for n, sample_id in enumerate(ids):
-            if n + PREFETCH < len(ids):
-                self._will_need(source, ids[n + PREFETCH])
-            yield self._read(source, sample_id)
+        """Decoded samples of `ids` in order (None = skipped). Large or remote reads run up to
+        READ_AHEAD samples ahead in READ_THREADS threads (the GIL is released while they wait), so disk
+        or network time overlaps decoding; small local samples are plain memory-map slices."""
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            window: deque[tuple[Any, int, Any]] = deque()
+            upcoming = iter(ids)
 
-    def _locate(self, sample_id: int) -> tuple[Any, int, int]:
-        k = int(np.searchsorted(self._first, sample_id, side="right") - 1)
-        shard = self.shards[k]
-        return (shard, *shard.sample_span(sample_id - int(self._first[k])))
+            def submit() -> None:
+                sample_id = next(upcoming, None)
+                if sample_id is None:
+                    return
+                shard, start, stop = self._locate(sample_id)
+                if source.worth_a_thread(start, stop):
+                    window.append((shard, start, pool.submit(source.read, shard.path, start, stop)))
+                else:
+                    window.append((shard, start, (shard.path, stop)))
 
-    def _will_need(self, source: ShardSource, sample_id: int) -> None:
-        shard, start, stop = self._locate(sample_id)
-        source.will_need(shard.path, start, stop)
+            for _ in range(READ_AHEAD):
+                submit()
+            while window:
+                shard, start, pending = window.popleft()
+                submit()
+                yield self._decode(source, shard, start, pending)
 
-    def _read(self, source: ShardSource, sample_id: int) -> dict[str, Any] | None:
-        shard, start, stop = self._locate(sample_id)
+    def _decode(self, source: ShardSource, shard: Any, start: int, pending: Any) -> dict[str, Any] | None:
         try:
-            key, members = read_sample(source.read(shard.path, start, stop), shard.path, start)
+            data = pending.result() if isinstance(pending, Future) else source.read(pending[0], start, pending[1])
+            key, members = read_sample(data, shard.path, start)
             sample = decode_sample(key, members)
         except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:
             if self.on_error == "skip":
@@ -200,3 +210,8 @@ class ShardDataset(IterableDataset):
         if self.transform is not None:
             sample = self.transform(sample, sample_rng(self.seed, self.epoch, key))
         return sample
+
+    def _locate(self, sample_id: int) -> tuple[Any, int, int]:
+        k = int(np.searchsorted(self._first, sample_id, side="right") - 1)
+        shard = self.shards[k]
+        return (shard, *shard.sample_span(sample_id - int(self._first[k])))

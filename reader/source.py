@@ -11,13 +11,14 @@ import hashlib
 import mmap
 import os
 import posixpath
+import threading
 from collections import OrderedDict
 from typing import Any
 
 from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 
 MAX_OPEN = 64
-PREFETCH_MIN = 64 * 1024  # smaller samples already sit in the kernel's own read-ahead window
+PREFETCH_MIN = 64 * 1024  # from this size on, local samples are read with pread in read-ahead threads
 
 
 class ShardReadError(IOError):
@@ -63,7 +64,9 @@ class ShardSource:
         self.storage_options = storage_options or {}
         self.verify = verify or {}  # shard path -> sha256 to check before the first read
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
-        self._fds: OrderedDict[str, int] = OrderedDict()  # large reads and read-ahead hints
+        self._fds: OrderedDict[str, int] = OrderedDict()  # for large reads
+        self._lock = threading.Lock()  # reads may come from read-ahead threads
+        self._verify_lock = threading.Lock()
         self._verified: set[str] = set()
         self._fs: Any = None
 
@@ -73,7 +76,9 @@ class ShardSource:
     def read(self, path: str, start: int, stop: int) -> memoryview:
         """Bytes [start, stop) of shard `path`: a zero-copy view of the mapped file when local."""
         if path in self.verify and path not in self._verified:
-            self._check_sha(path)
+            with self._verify_lock:
+                if path not in self._verified:
+                    self._check_sha(path)
         if self.remote:
             data = self._filesystem().cat_file(self.location(path), start=start, end=stop)
             view = memoryview(data)
@@ -87,6 +92,10 @@ class ShardSource:
         return view
 
     def _fd(self, path: str) -> int:
+        with self._lock:
+            return self._fd_locked(path)
+
+    def _fd_locked(self, path: str) -> int:
         fd = self._fds.get(path)
         if fd is None:
             try:
@@ -98,17 +107,15 @@ class ShardSource:
                 os.close(self._fds.popitem(last=False)[1])
         return fd
 
-    def will_need(self, path: str, start: int, stop: int) -> None:
-        """Ask the kernel to start reading a byte range we will read soon (local files; asynchronous),
-        so disk reads of upcoming samples overlap decoding of the current ones."""
-        if self.remote or stop - start < PREFETCH_MIN:
-            return
-        try:
-            os.posix_fadvise(self._fd(path), start, stop - start, os.POSIX_FADV_WILLNEED)
-        except ShardReadError:
-            pass  # the real read will report it
+    def worth_a_thread(self, start: int, stop: int) -> bool:
+        """Reads that wait long enough (remote, or large) to be overlapped with decoding in a thread."""
+        return self.remote or stop - start >= PREFETCH_MIN
 
     def _map(self, path: str) -> mmap.mmap:
+        with self._lock:
+            return self._map_locked(path)
+
+    def _map_locked(self, path: str) -> mmap.mmap:
         mm = self._maps.get(path)
         if mm is not None:
             self._maps.move_to_end(path)
