@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.cli import main
-from export.synth import write_synthetic_store
+from exports import export_synthetic
 from reader import ShardDataset, ShardLoader
 from reader.format import encode_member, group_samples, iter_members
 from reader.manifest import ManifestError
@@ -25,11 +24,8 @@ from reader.source import ShardReadError
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("errs")
-    write_synthetic_store(root / "store", episodes=4, seed=1)
-    assert main(["export", str(root / "store"), str(root / "out"), "--quiet", "--workers", "1", "--stride", "3",
-                 "--set", "shard.max_samples=30", "--set", "exclude=[overview]"]) == 0
-    return root / "out"
+    return export_synthetic(tmp_path_factory.mktemp("errs"), 4, 1, "--stride", "3",
+                            "--set", "shard.max_samples=30", "--set", "exclude=[overview]")
 
 
 @pytest.fixture()

@@ -104,16 +104,13 @@ def test_split_ranks_pads_with_the_first_samples() -> None:
 
 def test_shuffle_quality_same_episode_pairs(tmp_path: Path) -> None:
     """In a batch of 32 from a 20-episode store, the fraction of same-episode pairs stays near i.i.d."""
-    from export.cli import main
-    from export.synth import write_synthetic_store
+    from exports import export_synthetic
     from reader import ShardDataset, ShardLoader
 
-    write_synthetic_store(tmp_path / "s", episodes=20, seed=4)
-    assert main(["export", str(tmp_path / "s"), str(tmp_path / "o"), "--quiet", "--workers", "1",
-                 "--set", "shard.max_samples=64"]) == 0
-    loader = ShardLoader(ShardDataset(tmp_path / "o", "train", seed=3, block=256), batch_size=32)
+    out = export_synthetic(tmp_path, 20, 4, "--set", "shard.max_samples=64")
+    loader = ShardLoader(ShardDataset(out, "train", seed=3, block=256), batch_size=32)
     episodes = [[m["episode_id"] for m in batch["meta"]] for batch in loader]
-    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
     sizes = np.unique([e for batch in episodes for e in batch], return_counts=True)[1]
     p = sizes / sizes.sum()
     iid = float((p ** 2).sum())  # chance that two random samples share an episode

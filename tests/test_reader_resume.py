@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from export.cli import main
-from export.synth import write_synthetic_store
+from exports import export_synthetic
 from reader import ShardDataset, ShardLoader
 
 BATCH = 8
@@ -24,11 +23,8 @@ Record = tuple[int, str, str]  # (epoch, key, sha256 of the sample's tensors)
 
 @pytest.fixture(scope="module")
 def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("reader")
-    write_synthetic_store(root / "store", episodes=6, seed=2)
-    assert main(["export", str(root / "store"), str(root / "out"), "--quiet", "--workers", "1", "--stride", "2",
-                 "--set", "shard.max_samples=40", "--set", "splits.val=0.34"]) == 0
-    return root / "out"
+    return export_synthetic(tmp_path_factory.mktemp("reader"), 6, 2, "--stride", "2",
+                            "--set", "shard.max_samples=40", "--set", "splits.val=0.34")
 
 
 def digest_rows(batch: dict[str, Any]) -> list[str]:
