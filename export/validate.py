@@ -16,6 +16,9 @@ from export.episodes import EpisodeData, EpisodeLoader
 from export.errors import EpisodeError
 from export.resample import StreamError, clean_stream
 from export.store import Problem, StoreSchema, open_store, safe_media_path
+from export.video import VideoError, probe_video
+
+FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
 
 REPAIR_TEXT = {"nonfinite_time": "rows with a non-finite time (dropped)",
                "nan_rows": "rows with NaN values (treated as missing)",
@@ -110,3 +113,28 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) 
         if not path.is_file():
             report.problems.append(Problem("error", f"video file {video.get('path')!r} is missing", ep, name,
                                            hint="fix the path (relative to the store) or add the file"))
+            continue
+        _check_video(path, video, ep, name, report)
+
+
+def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreReport) -> None:
+    """Declared fps against the container's real timestamps, and the segment against the file."""
+    try:
+        info = probe_video(path)
+    except VideoError as exc:
+        report.problems.append(Problem("error", f"video file {video.get('path')!r}: {exc}", ep, name,
+                                       hint="re-encode it or fix the path"))
+        return
+    declared, measured = video.get("fps"), info.measured_fps
+    if declared and measured and abs(measured - float(declared)) > FPS_TOLERANCE * float(declared):
+        report.problems.append(Problem(
+            "warning", f"declared fps {float(declared):g}, but the timestamps of {video.get('path')!r} give "
+            f"{measured:.3f} fps; frames are chosen by their real timestamps", ep, name,
+            hint="fix fps in the store if it is wrong"))
+    start, end = video.get("start_s"), video.get("end_s")
+    first, last = float(info.pts[0]), float(info.pts[-1])
+    if (start is not None and start < first - 1e-6) or (end is not None and end > last + 1.0 / (measured or 1.0)):
+        report.problems.append(Problem(
+            "warning", f"segment [{start}, {end}] s reaches outside the frames of {video.get('path')!r} "
+            f"({first:.3f}-{last:.3f} s); those steps will be masked", ep, name))
+    report.rates.setdefault(name, []).append(measured or 0.0)

@@ -211,26 +211,3 @@ def test_console_script_and_errors_without_traceback(tmp_path: Path) -> None:
     assert bad.stderr.startswith("robowds export: error: output folder") and "must not be inside the store" in bad.stderr
     missing = subprocess.run([str(script), "validate", str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode == 2 and "is not a folder" in missing.stderr and "Traceback" not in missing.stderr
-
-
-def test_video_fields_are_accepted_validated_and_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    store = tmp_path / "s"
-    write_synthetic_store(store, episodes=2, seed=0)
-    (store / "media" / "cam").mkdir()
-    for i in range(2):
-        (store / "media" / "cam" / f"ep_{i:04d}.mp4").write_bytes(b"\0" * 64)  # not decoded by this release
-    video = pa.array([{"path": f"media/cam/ep_{i:04d}.mp4", "fps": 30.0, "start_s": 0.0, "end_s": 4.0}
-                      for i in range(2)])
-    pq.write_table(pa.table({"episode_id": ["ep_0000", "ep_0001"], "cam_high": video}), store / "videos.parquet")
-    assert main(["validate", str(store)]) == 0
-    assert "cam_high         videos.parquet         video" in capsys.readouterr().out
-    assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"]) == 0
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert "cam_high" in manifest["config"]["skipped_fields"] and "cam_high" not in manifest["schema"]
-    (store / "media" / "cam" / "ep_0001.mp4").unlink()
-    assert main(["validate", str(store)]) == 1
-    out = capsys.readouterr().out
-    assert "episode 'ep_0001', field 'cam_high': video file 'media/cam/ep_0001.mp4' is missing" in out

@@ -1,0 +1,87 @@
+"""Source videos: real presentation timestamps and frame selection on the grid by those timestamps.
+
+Never `round(t * fps)`: containers lie about their rate (variable frame rate, dropped frames, a
+declared fps that is not the real one), so frames are chosen by their decoded pts. Probing reads only
+packets (no decoding), so it is cheap enough for `validate` to run on every video.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from export.resample import TIME_EPS
+
+SELECTION_MODES = ("nearest", "causal")
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    pts: np.ndarray  # [F] float64 seconds in the file's clock, sorted (presentation order)
+    declared_fps: float | None  # what the container says (average rate)
+    width: int
+    height: int
+    codec: str
+
+    @property
+    def measured_fps(self) -> float | None:
+        """1 / median frame interval of the real pts (None for fewer than 2 frames)."""
+        if len(self.pts) < 2:
+            return None
+        return float(1.0 / np.median(np.diff(self.pts)))
+
+
+class VideoError(ValueError):
+    """A video that cannot be opened or has no decodable video stream."""
+
+
+def probe_video(path: Path) -> VideoInfo:
+    """Presentation timestamps of every frame, from the packets (demux only, no decode)."""
+    import av  # lazy: only stores with video need PyAV
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoError(f"{path.name} has no video stream")
+            stream = container.streams.video[0]
+            base = float(stream.time_base)
+            pts = [p.pts for p in container.demux(stream) if p.pts is not None and p.size > 0]
+            rate = stream.average_rate or stream.guessed_rate
+            info = VideoInfo(np.sort(np.asarray(pts, dtype=np.float64) * base),
+                             float(rate) if rate else None, stream.codec_context.width,
+                             stream.codec_context.height, stream.codec_context.name)
+    except av.FFmpegError as exc:
+        raise VideoError(f"{path.name} cannot be read as a video: {exc}") from exc
+    if not len(info.pts):
+        raise VideoError(f"{path.name} has no frames")
+    return info
+
+
+def select_frames(pts: np.ndarray, query: np.ndarray, mode: str = "nearest",
+                  tolerance: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Frame index for each query time and whether it is real: (index [Q] int64, valid [Q] bool).
+
+    `nearest`: the frame whose pts is closest (ties to the earlier), valid if within `tolerance`
+    (default: half the median frame interval). `causal`: the latest frame with pts <= q, valid if it
+    is less than one median interval old (or `tolerance`). Queries before the first frame or past the
+    last one get the edge frame and valid = False, like any stream.
+    """
+    if mode not in SELECTION_MODES:
+        raise ValueError(f"frame selection must be one of {SELECTION_MODES}, got {mode!r}")
+    pts = np.asarray(pts, dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)  # [Q]
+    period = float(np.median(np.diff(pts))) if len(pts) > 1 else np.inf
+    before = np.searchsorted(pts, q + TIME_EPS, side="right") - 1  # latest frame at or before q
+    if mode == "causal":
+        index = np.clip(before, 0, len(pts) - 1)
+        limit = period if tolerance is None else tolerance
+        valid = (before >= 0) & (q - pts[index] < limit - TIME_EPS)
+        return index.astype(np.int64), valid
+    lo = np.clip(before, 0, len(pts) - 1)
+    hi = np.clip(before + 1, 0, len(pts) - 1)
+    index = np.where(np.abs(pts[hi] - q) < np.abs(q - pts[lo]), hi, lo)
+    limit = period / 2 if tolerance is None else tolerance
+    valid = np.abs(pts[index] - q) <= limit + TIME_EPS
+    return index.astype(np.int64), valid

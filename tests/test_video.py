@@ -1,0 +1,102 @@
+"""Video groundwork: real pts from containers, frame selection by pts (never index arithmetic), and
+validate's fps / segment / unreadable-file checks on real mp4 files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from export.cli import main
+from export.synth import write_synthetic_store
+from export.video import probe_video, select_frames
+from videos import write_video
+
+REAL_VIDEO = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
+              / "videos" / "chunk-000" / "observation.images.cam_high" / "episode_000001.mp4")
+
+
+def test_probe_constant_and_variable_frame_rate(tmp_path: Path) -> None:
+    write_video(tmp_path / "cfr.mp4", [k * 100 for k in range(20)])
+    cfr = probe_video(tmp_path / "cfr.mp4")
+    np.testing.assert_allclose(cfr.pts, np.arange(20) / 10, atol=1e-9)
+    assert (cfr.declared_fps, cfr.width, cfr.height) == (10.0, 64, 48)
+    write_video(tmp_path / "vfr.mp4", [0, 100, 200, 350, 400, 700])
+    vfr = probe_video(tmp_path / "vfr.mp4")
+    np.testing.assert_allclose(vfr.pts, [0.0, 0.1, 0.2, 0.35, 0.4, 0.7], atol=1e-9)
+    assert vfr.measured_fps == pytest.approx(10.0)  # median interval 0.1 s
+
+
+def test_probe_real_av1_lerobot_video() -> None:
+    if not REAL_VIDEO.exists():
+        pytest.skip("shared real data not present")
+    info = probe_video(REAL_VIDEO)
+    assert len(info.pts) == 393 and (info.width, info.height) == (640, 480)  # parquet has 393 rows
+    np.testing.assert_allclose(info.pts, np.arange(393) / 30, atol=1e-6)
+
+
+PTS = np.array([0.0, 0.1, 0.2, 0.35, 0.4, 0.7])  # median interval 0.1
+
+
+def test_nearest_selection_by_real_pts() -> None:
+    q = np.array([-0.1, -0.04, 0.0, 0.04, 0.05, 0.26, 0.3, 0.53, 0.66, 0.75, 0.76])
+    index, valid = select_frames(PTS, q, "nearest")
+    assert index.tolist() == [0, 0, 0, 0, 0, 2, 3, 4, 5, 5, 5]  # 0.05: tie -> earlier; 0.53: 0.4 nearer
+    # valid within half the median interval (0.05 s): 0.26 is 0.06 from 0.2 (and 0.09 from 0.35)
+    assert valid.tolist() == [False, True, True, True, True, False, True, False, True, True, False]
+
+
+def test_causal_selection_and_explicit_tolerance() -> None:
+    q = np.array([-0.01, 0.0, 0.09, 0.1, 0.34, 0.5, 0.79, 0.8])
+    index, valid = select_frames(PTS, q, "causal")
+    assert index.tolist() == [0, 0, 0, 1, 2, 4, 5, 5]
+    assert valid.tolist() == [False, True, True, True, False, False, True, False]  # < 0.1 s old
+    index, valid = select_frames(PTS, np.array([0.3]), "nearest", tolerance=0.06)
+    assert (index.tolist(), valid.tolist()) == ([3], [True])
+    with pytest.raises(ValueError, match="frame selection"):
+        select_frames(PTS, q, "round")
+
+
+def _store_with_video(tmp_path: Path, fps: float, make: bool = True) -> Path:
+    store = tmp_path / "s"
+    write_synthetic_store(store, episodes=2, seed=0)
+    for i in range(2):
+        if make:
+            write_video(store / "media" / "cam" / f"ep_{i:04d}.mp4", [k * 100 for k in range(40)])
+    video = pa.array([{"path": f"media/cam/ep_{i:04d}.mp4", "fps": fps, "start_s": 0.0, "end_s": 3.9}
+                      for i in range(2)])
+    pq.write_table(pa.table({"episode_id": ["ep_0000", "ep_0001"], "cam_high": video}), store / "videos.parquet")
+    return store
+
+
+def test_validate_accepts_real_videos_and_export_skips_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    store = _store_with_video(tmp_path, fps=10.0)
+    assert main(["validate", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "exportable: 0 error(s), 0 warning(s)" in out and "cam_high" in out
+    assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"]) == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert "cam_high" in manifest["config"]["skipped_fields"] and "cam_high" not in manifest["schema"]
+
+
+def test_validate_reports_fps_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store_with_video(tmp_path, fps=30.0)
+    assert main(["validate", str(store)]) == 0  # a warning: frames are chosen by real pts anyway
+    out = capsys.readouterr().out
+    assert ("warning: episode 'ep_0001', field 'cam_high': declared fps 30, but the timestamps of "
+            "'media/cam/ep_0001.mp4' give 10.000 fps") in out
+
+
+def test_validate_reports_missing_and_corrupt_videos(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store_with_video(tmp_path, fps=10.0)
+    (store / "media" / "cam" / "ep_0001.mp4").unlink()
+    (store / "media" / "cam" / "ep_0000.mp4").write_bytes(b"\0" * 4096)
+    assert main(["validate", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert "episode 'ep_0001', field 'cam_high': video file 'media/cam/ep_0001.mp4' is missing" in out
+    assert "episode 'ep_0000', field 'cam_high': video file 'media/cam/ep_0000.mp4': ep_0000.mp4 cannot be read" in out
