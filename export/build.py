@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -17,10 +18,15 @@ from export.episodes import EpisodeData
 from export.errors import EpisodeError
 from export.resample import Stream, StreamError, clean_stream, resample
 from export.stats import FieldStats, merge_all
+from export.video import VideoError
 from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
 from reader.format import encode_npy, encode_sample, mask_field
 
+if TYPE_CHECKING:
+    from export.video_windows import VideoOptions, VideoWindows
+
 CHUNK_ANCHORS = 1024
+VIDEO_CHUNK_ANCHORS = 64  # decoded frames held at once stay ~ (64 + window) per camera
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class BuildSpec:
     value_dtypes: dict[str, str]  # time-series field -> source value dtype
     static_fields: tuple[str, ...]  # text, image, value fields carried by every window
     clock: str | None
+    videos: dict[str, tuple[StreamWindow, "VideoOptions"]] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,9 +101,20 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                   repairs={n: s.repairs.as_dict() for n, s in streams.items() if s.repairs.total()},
                   masked_steps={n: 0 for n in streams}, steps={n: 0 for n in streams})
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
-    for lo in range(0, len(anchors), CHUNK_ANCHORS):
-        chunk = anchors[lo:lo + CHUNK_ANCHORS]  # [W]
+    cameras = _open_videos(data, spec)
+    report["masked_steps"].update({n: 0 for n in cameras})
+    report["steps"].update({n: 0 for n in cameras})
+    chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS
+    for lo in range(0, len(anchors), chunk_size):
+        chunk = anchors[lo:lo + chunk_size]  # [W]
         values, masks = {}, {}
+        frames = {}
+        for name, camera in cameras.items():
+            q = query_times(start, spec.fps, chunk, spec.videos[name][0])  # [W, n]
+            try:
+                frames[name], masks[name] = camera.frames(q, (start, end))  # [W, n, H, W, 3], [W, n]
+            except VideoError as exc:
+                raise EpisodeError(data.episode_id, name, str(exc), hint="re-encode the video") from exc
         for name, stream in streams.items():
             window = spec.windows[name]
             max_gap = window.max_gap_s if window.max_gap_s is not None else spec.max_gap_factor * stream.median_period
@@ -108,6 +126,10 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         if masks:
             keep = valid_fraction(list(masks.values())) >= spec.min_valid_fraction - 1e-12
         report["dropped_min_valid"] += int((~keep).sum())
+        for name in cameras:
+            frames[name], masks[name] = frames[name][keep], masks[name][keep]
+            report["masked_steps"][name] += int((~masks[name]).sum())
+            report["steps"][name] += int(masks[name].size)
         for name in streams:
             vals, mask = values[name][keep], masks[name][keep]
             partial[name].append(FieldStats.of(vals[mask]))
@@ -121,12 +143,30 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             for name in streams:
                 members[f"{name}.npy"] = encode_npy(values[name][w])
                 members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
+            for name, camera in cameras.items():
+                ext, blob = camera.encode(frames[name][w])
+                members[f"{name}.{ext}"] = blob
+                members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
             members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps)
             windows_out.anchors.append(anchor)
             windows_out.keys.append(key)
             yield encode_sample(key, members)
     report["emitted"] = len(windows_out.anchors)
     windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
+
+
+def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"]:
+    from export.video_windows import VideoWindows
+
+    cameras = {}
+    for name, (_, options) in spec.videos.items():
+        video = data.videos[name]
+        try:
+            cameras[name] = VideoWindows(Path(video["file"]), video, options)
+        except VideoError as exc:
+            raise EpisodeError(data.episode_id, name, f"video file {video['path']!r}: {exc}",
+                               hint="re-encode it or fix the path") from exc
+    return cameras
 
 
 def _static_members(data: EpisodeData, spec: BuildSpec) -> dict[str, bytes]:

@@ -10,12 +10,15 @@ import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
 from export.errors import UserError
 from export.resample import METHODS
+
+if TYPE_CHECKING:
+    from export.video_windows import VideoOptions
 
 DEFAULTS: dict[str, Any] = {
     "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
@@ -41,7 +44,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 PADS = ("zero", "edge")
-STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation"}
+STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation",
+               "selection", "encoding", "resize"}  # the last three: video fields only
 
 
 def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
@@ -130,6 +134,15 @@ def _check(config: dict[str, Any]) -> None:
             _require(_is_number(stream["offset_s"]), f"{where}.offset_s", "a number", stream["offset_s"])
         if "pad" in stream:
             _require(stream["pad"] in PADS, f"{where}.pad", "zero or edge", stream["pad"])
+        if "selection" in stream:
+            _require(stream["selection"] in ("nearest", "causal"), f"{where}.selection", "nearest or causal",
+                     stream["selection"])
+        if "encoding" in stream:
+            _require(stream["encoding"] in ("raw", "jpg"), f"{where}.encoding", "raw or jpg", stream["encoding"])
+        if stream.get("resize") is not None:
+            size = stream["resize"]
+            _require(isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size),
+                     f"{where}.resize", "[width, height] in pixels", size)
         if stream.get("interpolation") is not None:
             _require(stream["interpolation"] in METHODS, f"{where}.interpolation", f"one of {', '.join(METHODS)}",
                      stream["interpolation"])
@@ -141,6 +154,16 @@ def _check(config: dict[str, Any]) -> None:
     rest = [name for name, rule in config["splits"].items() if rule == "rest"]
     if len(rest) != 1:
         raise UserError("config splits must name exactly one split as 'rest' (it gets the remaining episodes)")
+
+
+def video_options(config: Mapping[str, Any], field: str) -> "VideoOptions":
+    """A video field's frame selection, encoding and resize (defaults: nearest, jpg, source size)."""
+    from export.video_windows import VideoOptions
+
+    merged = {**config["window"], **config["streams"].get(field, {})}
+    size = merged.get("resize")
+    return VideoOptions(selection=str(merged.get("selection", "nearest")), encoding=str(merged.get("encoding", "jpg")),
+                        resize=(int(size[0]), int(size[1])) if size else None, pad=str(merged["pad"]))
 
 
 @dataclass(frozen=True)

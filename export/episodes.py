@@ -7,6 +7,7 @@ needed, so a task never loads a whole table and no episode is read twice.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -126,7 +127,15 @@ class EpisodeLoader:
         elif spec.kind == "value":
             data.values[name] = np.asarray(value, dtype=spec.value_dtype)
         elif spec.kind == "video":
-            data.videos[name] = value if isinstance(value, dict) else {"path": value, "fps": spec.fps}
+            video = dict(value) if isinstance(value, dict) else {"path": value, "fps": spec.fps}
+            try:
+                video["file"] = str(safe_media_path(self.root, str(video["path"])))
+            except ValueError as exc:
+                raise EpisodeError(ep, name, str(exc)) from exc
+            if not Path(video["file"]).is_file():
+                raise EpisodeError(ep, name, f"video file {video['path']!r} is missing",
+                                   hint="fix the path (relative to the store) or add the file")
+            data.videos[name] = video
         elif spec.kind == "image":
             data.images[name] = self._image(ep, name, value)
 

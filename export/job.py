@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from export import __version__
 from export.build import BuildSpec, EpisodeWindows, build_episode
-from export.config import stream_window
+from export.config import stream_window, video_options
 from export.episodes import EpisodeLoader
 from export.errors import EpisodeError, UserError
 from export.executor import make_executor
@@ -94,24 +94,24 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
         raise UserError(f"config names field(s) the store does not have: {sorted(unknown)}",
                         hint=f"fields: {', '.join(sorted(schema.fields))}")
     fields = [f for f in sorted(schema.fields) if (include is None or f in include) and f not in config["exclude"]]
-    windows, skipped = {}, []
+    windows, videos = {}, {}
     for name in fields:
         spec = schema.fields[name]
         if spec.kind == "timeseries":
             windows[name] = stream_window(config, name, spec.interpolation or "linear", spec.max_gap_s)
         elif spec.kind == "video":
-            skipped.append(name)
-    fields = [f for f in fields if f not in skipped]
+            videos[name] = (stream_window(config, name, "nearest", None), video_options(config, name))
     if not windows and not fields:
         raise UserError("nothing to export: no fields selected", hint="check include/exclude")
     resolved = dict(config)
     resolved["streams"] = {n: w.__dict__ for n, w in windows.items()}
-    resolved["skipped_fields"] = {n: "video decoding comes in the next release" for n in skipped}
+    resolved["videos"] = {n: {**w.__dict__, **o.__dict__} for n, (w, o) in videos.items()}
     build = BuildSpec(fps=float(config["fps"]), stride=int(config["stride"]),
                       min_valid_fraction=float(config["min_valid_fraction"]), float_dtype=config["float_dtype"],
                       strict_timestamps=config["timestamps"] == "reject", max_gap_factor=float(config["max_gap_factor"]),
                       windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
-                      static_fields=tuple(f for f in fields if f not in windows),
+                      static_fields=tuple(f for f in fields if f not in windows and f not in videos),
+                      videos=videos,
                       clock=schema.clock if schema.clock in windows else None)
     declared = _declared_splits(schema)
     splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)

@@ -28,7 +28,8 @@ def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     """The export config that `load_config` would have produced, from the manifest's resolved config."""
     resolved = manifest["config"]
     config = {k: resolved[k] for k in DEFAULTS}
-    config["streams"] = {n: {k: v for k, v in w.items() if k in STREAM_KEYS} for n, w in resolved["streams"].items()}
+    config["streams"] = {n: {k: v for k, v in w.items() if k in STREAM_KEYS}
+                         for n, w in {**resolved["streams"], **resolved.get("videos", {})}.items()}
     return config
 
 

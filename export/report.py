@@ -33,6 +33,13 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
                          rate_hz=w.rate_hz, duration_s=w.duration_s, offset_s=w.offset_s, pad=w.pad,
                          interpolation=w.interpolation, max_gap_s=w.max_gap_s,
                          quaternion_order=spec.quaternion_order)
+        elif spec.kind == "video":
+            w, options = job.build.videos[name]
+            size = [options.resize[1], options.resize[0]] if options.resize else [None, None]
+            entry.update(member=f"{name}.{'npy' if options.encoding == 'raw' else 'jpgs.msgpack'}",
+                         mask_member=f"{mask_field(name)}.npy", dtype="uint8", shape=[w.steps, *size, 3],
+                         layout="THWC", rate_hz=w.rate_hz, duration_s=w.duration_s, offset_s=w.offset_s,
+                         pad=w.pad, selection=options.selection, encoding=options.encoding)
         elif spec.kind == "text":
             entry.update(member=f"{name}.txt", dtype="str", shape=[], encoding="utf-8")
         elif spec.kind == "image":

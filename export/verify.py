@@ -52,7 +52,21 @@ def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str
     expected = set()
     for name, spec in schema.items():
         kind = spec["kind"]
-        if kind == "timeseries":
+        if kind == "video":
+            expected |= {spec["member"], spec["mask_member"]}
+            try:
+                from reader.decode import decode_member
+                frames = decode_member(spec["member"].split(".", 1)[1], members[spec["member"]])
+                mask = decode_npy(members[spec["mask_member"]])
+            except (KeyError, ValueError, OSError) as exc:
+                problems.append(f"video field {name!r}: {type(exc).__name__}: {exc}")
+                continue
+            if frames.dtype != np.uint8 or frames.ndim != 4 or len(frames) != spec["shape"][0]:
+                problems.append(f"video field {name!r}: {frames.dtype.name}{list(frames.shape)}, schema says "
+                                f"uint8{spec['shape']}")
+            if mask.shape != (spec["shape"][0],):
+                problems.append(f"mask of {name!r}: shape {list(mask.shape)}")
+        elif kind == "timeseries":
             expected |= {spec["member"], spec["mask_member"]}
             if spec["member"] not in members or spec["mask_member"] not in members:
                 problems.append(f"field {name!r} or its mask is missing")

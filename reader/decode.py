@@ -55,6 +55,9 @@ def decode_image(data: memoryview | bytes) -> np.ndarray:
 
 def decode_member(ext: str, data: memoryview | bytes) -> Any:
     last = ext.rsplit(".", 1)[-1]
+    if ext.endswith("jpgs.msgpack"):  # a window of camera frames, one JPEG each -> [T, H, W, C]
+        frames = [decode_image(blob) for blob in msgpack.unpackb(bytes(data), raw=False)]
+        return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
     if last == "npy":
         return decode_npy_fast(data)
     if last == "txt":

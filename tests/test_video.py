@@ -72,7 +72,8 @@ def _store_with_video(tmp_path: Path, fps: float, make: bool = True) -> Path:
     return store
 
 
-def test_validate_accepts_real_videos_and_export_skips_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_accepts_real_videos_and_export_carries_them(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
     store = _store_with_video(tmp_path, fps=10.0)
@@ -81,7 +82,11 @@ def test_validate_accepts_real_videos_and_export_skips_them(tmp_path: Path, caps
     assert "exportable: 0 error(s), 0 warning(s)" in out and "cam_high" in out
     assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"]) == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert "cam_high" in manifest["config"]["skipped_fields"] and "cam_high" not in manifest["schema"]
+    assert manifest["schema"]["cam_high"] == {
+        "dtype": "uint8", "duration_s": 1.0, "encoding": "jpg", "kind": "video", "layout": "THWC",
+        "mask_member": "cam_high_mask.npy", "member": "cam_high.jpgs.msgpack", "offset_s": 0.0, "pad": "zero",
+        "rate_hz": 10.0, "selection": "nearest", "shape": [10, None, None, 3]}
+    assert main(["verify", str(tmp_path / "out"), "--store", str(store), "--quiet"]) == 0
 
 
 def test_validate_reports_fps_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,3 +105,82 @@ def test_validate_reports_missing_and_corrupt_videos(tmp_path: Path, capsys: pyt
     out = capsys.readouterr().out
     assert "episode 'ep_0001', field 'cam_high': video file 'media/cam/ep_0001.mp4' is missing" in out
     assert "episode 'ep_0000', field 'cam_high': video file 'media/cam/ep_0000.mp4': ep_0000.mp4 cannot be read" in out
+
+
+def _decoded_source(path: Path) -> np.ndarray:
+    import av
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])  # [F, H, W, 3]
+
+
+def _samples(out: Path) -> dict[str, dict]:
+    from reader import ShardDataset
+    return {s["__key__"]: s for s in ShardDataset(out, "train", shuffle=False)}
+
+
+def test_raw_frames_are_the_source_frames_chosen_by_pts(tmp_path: Path) -> None:
+    store = _store_with_video(tmp_path, fps=10.0)
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "streams.cam_high.encoding=raw",
+                 "--set", "streams.cam_high.duration_s=0.5", "--set", "streams.cam_high.offset_s=-0.2"]) == 0
+    source = _decoded_source(store / "media" / "cam" / "ep_0000.mp4")  # 40 frames at k * 0.1 s
+    samples = _samples(out)
+    for anchor in (0, 1, 17, 37, 39, 41):
+        sample = samples[f"ep_0000_{anchor:06d}"]
+        frames, mask = sample["cam_high"], sample["cam_high_mask"]  # [5, 48, 64, 3], [5]
+        wanted = anchor - 2 + np.arange(5)  # grid 10 Hz = video rate: frame k sits at k / 10 s
+        real = (wanted >= 0) & (wanted <= 39)
+        assert mask.tolist() == real.tolist(), anchor
+        np.testing.assert_array_equal(frames[real], source[wanted[real]])
+        assert not frames[~real].any()  # zero padding
+
+
+def test_jpg_frames_psnr_and_determinism_across_workers(tmp_path: Path) -> None:
+    store = _store_with_video(tmp_path, fps=10.0)
+    outs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"out{workers}"
+        assert main(["export", str(store), str(out), "--quiet", "--workers", workers,
+                     "--set", "streams.cam_high.duration_s=0.3"]) == 0
+        outs.append({p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()})
+    assert outs[0] == outs[1]
+    source = _decoded_source(store / "media" / "cam" / "ep_0001.mp4").astype(np.float64)
+    sample = _samples(tmp_path / "out1")["ep_0001_000010"]
+    frames = sample["cam_high"].astype(np.float64)  # [3, 48, 64, 3]
+    mse = ((frames - source[10:13]) ** 2).mean()
+    assert frames.shape == (3, 48, 64, 3) and 10 * np.log10(255 ** 2 / max(mse, 1e-12)) > 35
+
+
+def test_resize_and_unreadable_video_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store_with_video(tmp_path, fps=10.0)
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "streams.cam_high.resize=[32, 24]",
+                 "--set", "streams.cam_high.encoding=raw"]) == 0
+    assert next(iter(_samples(out).values()))["cam_high"].shape == (10, 24, 32, 3)
+    (store / "media" / "cam" / "ep_0001.mp4").write_bytes(b"\0" * 2048)
+    assert main(["export", str(store), str(tmp_path / "out2"), "--quiet", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "episode 'ep_0001', field 'cam_high': video file 'media/cam/ep_0001.mp4'" in err and "Traceback" not in err
+
+
+def test_real_av1_video_exports_and_reads_back(tmp_path: Path) -> None:
+    if not REAL_VIDEO.exists():
+        pytest.skip("shared real data not present")
+    import shutil
+    store = tmp_path / "g1"
+    (store / "media").mkdir(parents=True)
+    shutil.copy(REAL_VIDEO, store / "media" / "cam.mp4")
+    t = np.arange(393) / 30.0
+    table = pa.table({"episode_id": ["ep1"], "frame": pa.array([np.column_stack([t, np.arange(393.0)]).tolist()]),
+                      "cam_high": pa.array([{"path": "media/cam.mp4", "fps": 30.0}])})
+    pq.write_table(table, store / "episodes.parquet")
+    out = tmp_path / "out"
+    assert main(["validate", str(store)]) == 0
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--fps", "30", "--stride", "30",
+                 "--set", "window.duration_s=0.2", "--set", "window.rate_hz=10", "--set", "streams.cam_high.encoding=raw",
+                 "--set", "streams.cam_high.resize=[160, 120]", "--set", "streams.frame.interpolation=nearest"]) == 0
+    samples = _samples(out)
+    assert len(samples) == 14  # anchors every 30 frames over 393 frames
+    sample = samples["ep1_000060"]  # t = 2.0 s: camera steps at 2.0 and 2.1 s = frames 60 and 63
+    assert sample["frame"].ravel().tolist() == [60.0, 63.0] and sample["cam_high"].shape == (2, 120, 160, 3)
+    assert sample["cam_high_mask"].all() and sample["cam_high"].std() > 5  # a real picture, not padding

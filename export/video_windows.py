@@ -1,0 +1,117 @@
+"""Camera windows: frames chosen by real pts for every window step, decoded in one forward pass.
+
+Memory stays bounded: windows are built chunk by chunk in anchor order, the decoder only moves
+forward, and only frames some step of the current chunk needs are kept (earlier ones are dropped as
+soon as no later window can need them). No seeking, no per-window decoding.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from export.video import VideoError, probe_video, select_frames
+
+ENCODINGS = ("raw", "jpg")
+JPEG_QUALITY = 90
+
+
+@dataclass(frozen=True)
+class VideoOptions:
+    selection: str = "nearest"  # nearest | causal
+    encoding: str = "jpg"  # raw | jpg
+    resize: tuple[int, int] | None = None  # (width, height)
+    pad: str = "zero"
+
+
+class VideoWindows:
+    """Frames of one episode's video for batches of window steps, from a single sequential decode."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], options: VideoOptions) -> None:
+        self.path, self.options = path, options
+        self.info = probe_video(path)
+        self.start_s = float(meta.get("start_s") or 0.0)
+        self.end_s = meta.get("end_s")
+        self.offset_s = float(meta.get("clock_offset_s") or 0.0)
+        self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
+        self._decoder: Iterator[tuple[int, np.ndarray]] | None = None
+        self._next = 0  # index of the next frame the decoder will produce
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        width, height = self.options.resize or (self.info.width, self.info.height)
+        return height, width, 3
+
+    def frames(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+        """(frames [W, n, H, W, 3] uint8, valid [W, n]) for episode times `query` [W, n]."""
+        file_t = query.ravel() - self.offset_s + self.start_s  # episode clock -> file clock
+        index, valid = select_frames(self.info.pts, file_t, self.options.selection)
+        valid &= (query.ravel() >= extent[0] - 1e-9) & (query.ravel() <= extent[1] + 1e-9)
+        valid &= file_t >= self.start_s - 1e-9
+        if self.end_s is not None:
+            valid &= file_t <= float(self.end_s) + 1e-9
+        needed = set(index.tolist())
+        self._advance(max(needed), needed)
+        lowest = min(needed)
+        for stale in [i for i in self._frames if i < lowest]:
+            del self._frames[stale]  # windows move forward: nothing later needs these
+        out = np.stack([self._frames[i] for i in index.tolist()])  # [W*n, H, W, 3]
+        if self.options.pad == "zero":
+            out[~valid] = 0
+        return out.reshape(query.shape + self.shape), valid.reshape(query.shape)
+
+    def _advance(self, last: int, needed: set[int]) -> None:
+        if self._decoder is None:
+            self._decoder = self._decode()
+        while self._next <= last:
+            item = next(self._decoder, None)
+            if item is None:
+                raise VideoError(f"{self.path.name}: decoding ended before frame {last} "
+                                 f"({len(self.info.pts)} frames listed by the container)")
+            i, frame = item
+            self._next = i + 1
+            if i in needed:
+                self._frames[i] = frame
+
+    def _decode(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Frames in presentation order, numbered as in `info.pts` (single-threaded, deterministic)."""
+        import av
+
+        width, height = self.options.resize or (None, None)
+        with av.open(str(self.path)) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "NONE"
+            base = float(stream.time_base)
+            pts_index = {round(p, 9): k for k, p in enumerate(self.info.pts.tolist())}
+            try:
+                for frame in container.decode(stream):
+                    k = pts_index.get(round(frame.pts * base, 9)) if frame.pts is not None else None
+                    if k is None:
+                        continue
+                    yield k, frame.to_ndarray(format="rgb24", width=width, height=height)
+            except av.FFmpegError as exc:
+                raise VideoError(f"{self.path.name}: decoding failed after frame {self._next - 1}: {exc}") from exc
+
+    def encode(self, frames: np.ndarray) -> tuple[str, bytes]:
+        """One window's frames [n, H, W, 3] as a member (suffix without the field name, bytes)."""
+        if self.options.encoding == "raw":
+            from reader.format import encode_npy
+            return "npy", encode_npy(frames)
+        return "jpgs.msgpack", encode_jpegs(frames)
+
+
+def encode_jpegs(frames: np.ndarray) -> bytes:
+    """A msgpack list of JPEG images (Pillow, fixed quality, no metadata: deterministic bytes)."""
+    import msgpack
+    from PIL import Image
+
+    blobs = []
+    for frame in frames:
+        buf = io.BytesIO()
+        Image.fromarray(frame).save(buf, format="JPEG", quality=JPEG_QUALITY)
+        blobs.append(buf.getvalue())
+    return msgpack.packb(blobs, use_bin_type=True)
