@@ -144,8 +144,9 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                 members[f"{name}.npy"] = encode_npy(values[name][w])
                 members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
             for name, camera in cameras.items():
-                ext, blob = camera.encode(frames[name][w])
+                ext, blob = camera.encode(frames[name][w], spec.videos[name][0].rate_hz)
                 members[f"{name}.{ext}"] = blob
+                _video_quality(report, name, ext, blob, frames[name][w])
                 members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
             members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps)
             windows_out.anchors.append(anchor)
@@ -153,6 +154,18 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             yield encode_sample(key, members)
     report["emitted"] = len(windows_out.anchors)
     windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
+
+
+def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, frames: np.ndarray) -> None:
+    """Bytes per frame for every window; PSNR of the stored frames against the decoded source on the
+    episode's first window (a sample: decoding every window back would double the export's cost)."""
+    stats = report.setdefault("video", {}).setdefault(name, {"bytes": 0, "frames": 0, "psnr_db": None})
+    stats["bytes"] += len(blob)
+    stats["frames"] += len(frames)
+    if stats["psnr_db"] is None:
+        from export.video_windows import psnr
+        from reader.decode import decode_member
+        stats["psnr_db"] = round(psnr(decode_member(ext, blob), frames), 3)
 
 
 def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"]:

@@ -138,7 +138,8 @@ def _check(config: dict[str, Any]) -> None:
             _require(stream["selection"] in ("nearest", "causal"), f"{where}.selection", "nearest or causal",
                      stream["selection"])
         if "encoding" in stream:
-            _require(stream["encoding"] in ("raw", "jpg"), f"{where}.encoding", "raw or jpg", stream["encoding"])
+            _require(stream["encoding"] in ("raw", "jpg", "mp4"), f"{where}.encoding", "raw, jpg or mp4",
+                     stream["encoding"])
         if stream.get("resize") is not None:
             size = stream["resize"]
             _require(isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size),

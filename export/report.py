@@ -36,7 +36,8 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
         elif spec.kind == "video":
             w, options = job.build.videos[name]
             size = [options.resize[1], options.resize[0]] if options.resize else [None, None]
-            entry.update(member=f"{name}.{'npy' if options.encoding == 'raw' else 'jpgs.msgpack'}",
+            ext = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4"}[options.encoding]
+            entry.update(member=f"{name}.{ext}",
                          mask_member=f"{mask_field(name)}.npy", dtype="uint8", shape=[w.steps, *size, 3],
                          layout="THWC", rate_hz=w.rate_hz, duration_s=w.duration_s, offset_s=w.offset_s,
                          pad=w.pad, selection=options.selection, encoding=options.encoding)
@@ -89,6 +90,23 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
             "splits": splits, "stats": stats, "report": export_report(schema.root, records, shards)}
 
 
+def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per camera: stored bytes per frame and the PSNR (dB) of stored vs source frames, sampled on each
+    episode's first window (min and mean over episodes)."""
+    out: dict[str, Any] = {}
+    for r in records:
+        for name, v in r["report"].get("video", {}).items():
+            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": []})
+            acc["bytes"] += v["bytes"]
+            acc["frames"] += v["frames"]
+            if v["psnr_db"] is not None:
+                acc["psnr"].append(v["psnr_db"])
+    return {name: {"bytes_per_frame": round(acc["bytes"] / max(1, acc["frames"]), 1),
+                   "psnr_db_min": min(acc["psnr"], default=None),
+                   "psnr_db_mean": round(float(np.mean(acc["psnr"])), 3) if acc["psnr"] else None}
+            for name, acc in sorted(out.items())}
+
+
 def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:
     """Repairs, rejected episodes, masking and storage amplification: nothing the export did is silent."""
     good = [r for r in records if not r["error"]]
@@ -116,6 +134,7 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
         "duration_s": round(float(np.sum([r["report"]["duration_s"] for r in good])), 6),
         "repairs": repairs,
         "masked_fraction": {n: (round(m[0] / m[1], 6) if m[1] else 0.0) for n, m in sorted(masked.items())},
+        "video": _video_report(good),
         "storage": {"source_bytes": source_bytes, "output_bytes": output_bytes,
                     "amplification": round(output_bytes / source_bytes, 4) if source_bytes else None},
     }

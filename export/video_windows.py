@@ -16,7 +16,9 @@ import numpy as np
 
 from export.video import VideoError, probe_video, select_frames
 
-ENCODINGS = ("raw", "jpg")
+ENCODINGS = ("raw", "jpg", "mp4")
+MP4_CODEC = "mpeg4"  # byte-reproducible across runs (libx264 is not: see reference/interop.md)
+MP4_BITS_PER_PIXEL = 0.6
 JPEG_QUALITY = 90
 
 
@@ -40,6 +42,10 @@ class VideoWindows:
         self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
         self._decoder: Iterator[tuple[int, np.ndarray]] | None = None
         self._next = 0  # index of the next frame the decoder will produce
+        height, width, _ = self.shape
+        if options.encoding == "mp4" and (width % 2 or height % 2):
+            raise VideoError(f"{path.name}: mp4 encoding needs an even frame size, got {width}x{height}; "
+                             "set resize: [width, height]")
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -96,12 +102,45 @@ class VideoWindows:
             except av.FFmpegError as exc:
                 raise VideoError(f"{self.path.name}: decoding failed after frame {self._next - 1}: {exc}") from exc
 
-    def encode(self, frames: np.ndarray) -> tuple[str, bytes]:
+    def encode(self, frames: np.ndarray, rate_hz: float) -> tuple[str, bytes]:
         """One window's frames [n, H, W, 3] as a member (suffix without the field name, bytes)."""
         if self.options.encoding == "raw":
             from reader.format import encode_npy
             return "npy", encode_npy(frames)
+        if self.options.encoding == "mp4":
+            return "mp4", encode_mp4(frames, rate_hz)
         return "jpgs.msgpack", encode_jpegs(frames)
+
+
+def encode_mp4(frames: np.ndarray, rate_hz: float) -> bytes:
+    """A short mp4 clip (MPEG-4 part 2, yuv420p, single-threaded): its first frame is a keyframe, so
+    the reader decodes a window without seeking. Frame i has pts i at time base 1/rate."""
+    from fractions import Fraction
+
+    import av
+
+    height, width = frames.shape[1:3]
+    rate = Fraction(rate_hz).limit_denominator(1000)
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4", options={"fflags": "+bitexact"}) as container:
+        stream = container.add_stream(MP4_CODEC, rate=rate, options={"flags": "+bitexact"})
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.thread_count = 1
+        stream.bit_rate = int(max(100_000, MP4_BITS_PER_PIXEL * width * height * float(rate)))
+        for i, image in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buf.getvalue()
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio of two uint8 arrays, in dB (capped at 100 for identical arrays)."""
+    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
+    return 100.0 if mse == 0 else min(100.0, 10 * np.log10(255.0 ** 2 / mse))
 
 
 def encode_jpegs(frames: np.ndarray) -> bytes:

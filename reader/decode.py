@@ -53,6 +53,17 @@ def decode_image(data: memoryview | bytes) -> np.ndarray:
     return array[:, :, None] if array.ndim == 2 else array  # [H, W, C]
 
 
+def decode_mp4(data: memoryview | bytes) -> np.ndarray:
+    """A window clip -> uint8 [T, H, W, 3]. Single-threaded: DataLoader workers already use the cores."""
+    import av
+
+    with av.open(io.BytesIO(bytes(data))) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "NONE"
+        frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(stream)]
+    return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
+
+
 def decode_member(ext: str, data: memoryview | bytes) -> Any:
     last = ext.rsplit(".", 1)[-1]
     if ext.endswith("jpgs.msgpack"):  # a window of camera frames, one JPEG each -> [T, H, W, C]
@@ -60,6 +71,8 @@ def decode_member(ext: str, data: memoryview | bytes) -> Any:
         return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
     if last == "npy":
         return decode_npy_fast(data)
+    if last == "mp4":
+        return decode_mp4(data)
     if last == "txt":
         return bytes(data).decode("utf-8")
     if last == "json":
