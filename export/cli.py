@@ -78,6 +78,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from export.inspect_window import load_window, render_png, summary
+
+    if args.key is None and args.index is None:
+        args.index = 0
+    manifest, sample = load_window(args.out, args.split, args.key, args.index)
+    print(summary(manifest, sample))
+    if args.png is not None:
+        render_png(manifest, sample, args.png)
+        print(f"wrote {args.png}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from export.demo import run_demo
 
@@ -106,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="which random windows to recompute")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_verify)
+    p = sub.add_parser("inspect", help="print one window, or draw it (--png)")
+    p.add_argument("out", type=Path)
+    p.add_argument("--split", default="train")
+    p.add_argument("--key", help="sample key, e.g. ep_0003_000042")
+    p.add_argument("--index", type=int, help="the N-th sample of the split in shard order (default 0)")
+    p.add_argument("--png", type=Path, help="draw the window into this PNG file")
+    p.set_defaults(fn=cmd_inspect)
     p = sub.add_parser("demo", help="synth -> validate -> export -> verify -> read back, in one go")
     p.add_argument("--dir", type=Path, default=Path("demo-out"))
     p.add_argument("--episodes", type=int, default=24)

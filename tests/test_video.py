@@ -207,3 +207,22 @@ def test_mp4_clips_are_deterministic_keyframed_and_decode(tmp_path: Path) -> Non
     assert frames.shape == (5, 48, 64, 3) and sample["cam_high_mask"].all()
     mse = ((frames.astype(np.float64) - source[10:15]) ** 2).mean()
     assert 10 * np.log10(255 ** 2 / max(mse, 1e-12)) > 30
+
+
+def test_inspect_text_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store_with_video(tmp_path, fps=10.0)
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--keep-order",
+                 "--set", "streams.cam_high.duration_s=0.5"]) == 0
+    png = tmp_path / "w.png"
+    assert main(["inspect", str(out), "--key", "ep_0000_000037", "--png", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "key ep_0000_000037" in text and "cam_high_mask          bool[5]  3/5 real" in text
+    from PIL import Image
+    with Image.open(png) as img:  # a real picture: frames strip plus one plot per stream
+        assert img.format == "PNG" and img.size[0] >= 600 and img.size[1] >= 600
+        rgb = np.asarray(img.convert("RGB")).astype(int)
+        red = (rgb[..., 0] > 200) & (rgb[..., 1] < 60) & (rgb[..., 2] < 60)
+        assert red.sum() > 100  # the two padded frames are crossed out in red
+    assert main(["inspect", str(out), "--key", "nope_000001"]) == 2
+    assert "no sample with key 'nope_000001'" in capsys.readouterr().err

@@ -1,0 +1,107 @@
+"""`robowds inspect OUT`: look at one exported window, as text or as a picture.
+
+The picture shows the camera frames as a strip (padded frames crossed out in red), every time series
+plotted over the window's time axis with the masked (padded) steps shaded, and the task text as title.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from export.errors import UserError
+from reader.decode import decode_sample
+from reader.format import read_sample
+from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest, shards_of
+
+
+def load_window(out: Path, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(manifest, decoded sample) for a key, or for the index-th sample of the split in shard order."""
+    path = Path(out) / MANIFEST_NAME
+    if not path.is_file():
+        raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
+    try:
+        manifest = parse_manifest(path.read_bytes(), str(path))
+        shards = shards_of(manifest, split)
+    except ManifestError as exc:
+        raise UserError(str(exc)) from exc
+    seen = 0
+    for shard in shards:
+        data = (Path(out) / shard.path).read_bytes()
+        for i in range(shard.samples):
+            start, stop = shard.sample_span(i)
+            if index is not None and seen + i != index:
+                continue
+            found, members = read_sample(memoryview(data)[start:stop], shard.path, start)
+            if key is None or found == key:
+                return manifest, decode_sample(found, members)
+        seen += shard.samples
+    what = f"key {key!r}" if key is not None else f"index {index}"
+    raise UserError(f"no sample with {what} in split {split!r} ({seen} samples)",
+                    hint="keys look like <episode>_<anchor>; see `robowds inspect OUT --index 0`")
+
+
+def summary(manifest: dict[str, Any], sample: dict[str, Any]) -> str:
+    lines = [f"key {sample['__key__']}"]
+    for name, value in sorted(sample.items()):
+        if name == "__key__":
+            continue
+        if isinstance(value, np.ndarray):
+            extra = ""
+            if value.dtype == np.bool_:
+                extra = f"  {int(value.sum())}/{value.size} real"
+            elif value.dtype.kind in "fiu" and value.size:
+                extra = f"  min {value.min():.4g} max {value.max():.4g}"
+            lines.append(f"  {name:<22} {value.dtype.name}{list(value.shape)}{extra}")
+        else:
+            lines.append(f"  {name:<22} {value!r}")
+    return "\n".join(lines)
+
+
+def render_png(manifest: dict[str, Any], sample: dict[str, Any], png: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise UserError("inspect --png needs matplotlib", hint="pip install 'robowds[plot]'") from exc
+    schema = manifest["schema"]
+    cameras = [n for n, s in schema.items() if s["kind"] == "video" and n in sample]
+    series = [n for n, s in schema.items() if s["kind"] == "timeseries" and n in sample]
+    frames_max = max([len(sample[c]) for c in cameras], default=0)
+    rows = len(cameras) + len(series)
+    if not rows:
+        raise UserError("this window has no camera or time-series field to draw")
+    fig = plt.figure(figsize=(max(8, 1.6 * frames_max), 1.8 * len(cameras) + 2.0 * len(series) + 0.8))
+    grid = fig.add_gridspec(rows, max(1, frames_max))
+    for r, name in enumerate(cameras):
+        mask = sample[f"{name}_mask"]
+        for t, frame in enumerate(sample[name]):
+            ax = fig.add_subplot(grid[r, t])
+            ax.imshow(frame)
+            ax.set_xticks([]), ax.set_yticks([])
+            ax.set_title(f"{name} t{t}" if t == 0 else f"t{t}", fontsize=7)
+            if not mask[t]:
+                ax.plot([0, frame.shape[1] - 1], [0, frame.shape[0] - 1], color="red", lw=2)
+                ax.plot([0, frame.shape[1] - 1], [frame.shape[0] - 1, 0], color="red", lw=2)
+    for r, name in enumerate(series, start=len(cameras)):
+        spec = schema[name]
+        values, mask = sample[name], sample[f"{name}_mask"]
+        times = spec["offset_s"] + np.arange(len(values)) / spec["rate_hz"]  # relative to the anchor
+        ax = fig.add_subplot(grid[r, :])
+        names = spec.get("names") or [f"{name}[{d}]" for d in range(values.shape[1])]
+        for d in range(values.shape[1]):
+            ax.plot(times, values[:, d], lw=1, label=names[d] if d < len(names) else str(d))
+        for t in np.flatnonzero(~mask):
+            ax.axvspan(times[t] - 0.5 / spec["rate_hz"], times[t] + 0.5 / spec["rate_hz"], color="grey", alpha=0.3)
+        ax.set_ylabel(name, fontsize=8)
+        ax.tick_params(labelsize=7)
+        if values.shape[1] <= 8:
+            ax.legend(fontsize=6, loc="upper right", ncol=min(4, values.shape[1]))
+    ax.set_xlabel("seconds from the anchor (grey: padded steps)", fontsize=8)
+    texts = [v for n, v in sample.items() if isinstance(v, str) and n != "__key__"]
+    fig.suptitle(f"{sample['__key__']}: {texts[0] if texts else ''}", fontsize=10)
+    fig.savefig(png, dpi=80)
+    plt.close(fig)
