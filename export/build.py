@@ -102,6 +102,11 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                   masked_steps={n: 0 for n in streams}, steps={n: 0 for n in streams})
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
     cameras = _open_videos(data, spec)
+    for name, camera in cameras.items():
+        declared = data.videos[name].get("fps")
+        report.setdefault("video", {})[name] = {"bytes": 0, "frames": 0, "psnr_db": None, "measured_fps":
+                                                camera.info.measured_fps,
+                                                "declared_fps": float(declared) if declared else None}
     report["masked_steps"].update({n: 0 for n in cameras})
     report["steps"].update({n: 0 for n in cameras})
     chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS

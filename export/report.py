@@ -10,6 +10,7 @@ import numpy as np
 from export import __version__
 from export.build import output_dtype
 from export.stats import FieldStats, merge_all
+from export.validate import FPS_TOLERANCE
 from reader.format import mask_field
 from reader.manifest import FORMAT, FORMAT_VERSION
 
@@ -96,14 +97,19 @@ def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for r in records:
         for name, v in r["report"].get("video", {}).items():
-            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": []})
+            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": [], "fps_mismatch": []})
+            declared, measured = v.get("declared_fps"), v.get("measured_fps")
+            if declared and measured and abs(measured - declared) > FPS_TOLERANCE * declared:
+                acc["fps_mismatch"].append({"episode_id": r["episode_id"], "declared": declared,
+                                            "measured": round(measured, 4)})
             acc["bytes"] += v["bytes"]
             acc["frames"] += v["frames"]
             if v["psnr_db"] is not None:
                 acc["psnr"].append(v["psnr_db"])
     return {name: {"bytes_per_frame": round(acc["bytes"] / max(1, acc["frames"]), 1),
                    "psnr_db_min": min(acc["psnr"], default=None),
-                   "psnr_db_mean": round(float(np.mean(acc["psnr"])), 3) if acc["psnr"] else None}
+                   "psnr_db_mean": round(float(np.mean(acc["psnr"])), 3) if acc["psnr"] else None,
+                   "fps_mismatch": acc["fps_mismatch"]}
             for name, acc in sorted(out.items())}
 
 

@@ -95,6 +95,11 @@ def test_validate_reports_fps_mismatch(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert ("warning: episode 'ep_0001', field 'cam_high': declared fps 30, but the timestamps of "
             "'media/cam/ep_0001.mp4' give 10.000 fps") in out
+    import json
+    assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"]) == 0
+    video = json.loads((tmp_path / "out" / "manifest.json").read_text())["report"]["video"]["cam_high"]
+    assert video["fps_mismatch"] == [{"episode_id": "ep_0000", "declared": 30.0, "measured": 10.0},
+                                     {"episode_id": "ep_0001", "declared": 30.0, "measured": 10.0}]
 
 
 def test_validate_reports_missing_and_corrupt_videos(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
