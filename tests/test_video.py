@@ -231,3 +231,24 @@ def test_inspect_text_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert red.sum() > 100  # the two padded frames are crossed out in red
     assert main(["inspect", str(out), "--key", "nope_000001"]) == 2
     assert "no sample with key 'nope_000001'" in capsys.readouterr().err
+
+
+def test_segments_of_one_long_file_lerobot_v3_style(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    write_synthetic_store(store, episodes=2, seed=0)
+    write_video(store / "media" / "all.mp4", [k * 100 for k in range(60)])  # 6 s, frame k at k / 10 s
+    video = pa.array([{"path": "media/all.mp4", "fps": 10.0, "start_s": 0.0, "end_s": 2.9},
+                      {"path": "media/all.mp4", "fps": 10.0, "start_s": 3.0, "end_s": 5.9}])
+    pq.write_table(pa.table({"episode_id": ["ep_0000", "ep_0001"], "cam_high": video}), store / "videos.parquet")
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "streams.cam_high.encoding=raw",
+                 "--set", "streams.cam_high.duration_s=0.4"]) == 0
+    source = _decoded_source(store / "media" / "all.mp4")
+    samples = _samples(out)
+    b = samples["ep_0001_000000"]  # episode time 0..0.3 s = file time 3.0..3.3 s = frames 30..33
+    np.testing.assert_array_equal(b["cam_high"], source[30:34])
+    assert b["cam_high_mask"].all()
+    a = samples["ep_0000_000027"]  # 2.7..3.0 s: 3.0 is past this segment's end_s (2.9): masked
+    assert a["cam_high_mask"].tolist() == [True, True, True, False]
+    np.testing.assert_array_equal(a["cam_high"][:3], source[27:30])
+    assert not a["cam_high"][3].any()
