@@ -77,11 +77,15 @@ def _clean(data: EpisodeData, spec: BuildSpec) -> dict[str, Stream]:
     return streams
 
 
-def episode_extent(data: EpisodeData, streams: dict[str, Stream], clock: str | None) -> tuple[float, float]:
-    """[start, end] of the episode: declared start_s/end_s, else the clock stream, else all streams."""
-    basis = [streams[clock]] if clock in streams else list(streams.values())
-    start = data.start_s if data.start_s is not None else min((s.times[0] for s in basis), default=0.0)
-    end = data.end_s if data.end_s is not None else max((s.times[-1] for s in basis), default=start)
+def episode_extent(data: EpisodeData, streams: dict[str, Stream], clock: str | None,
+                   cameras: tuple[tuple[float, float], ...] = ()) -> tuple[float, float]:
+    """[start, end] of the episode: declared start_s/end_s, else the clock stream, else all streams and
+    cameras (first to last frame of each video segment)."""
+    spans = [(s.times[0], s.times[-1]) for n, s in streams.items() if clock in (None, n)]
+    if clock is None:
+        spans += list(cameras)
+    start = data.start_s if data.start_s is not None else min((a for a, _ in spans), default=0.0)
+    end = data.end_s if data.end_s is not None else max((b for _, b in spans), default=start)
     if not end >= start:
         raise EpisodeError(data.episode_id, None, f"episode ends ({end}) before it starts ({start})",
                            hint="check start_s/end_s")
@@ -92,7 +96,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                   windows_out: EpisodeWindows) -> Iterator[bytes]:
     """Yield the sample blob of every emitted window, filling `windows_out` as a side record."""
     streams = _clean(data, spec)
-    start, end = episode_extent(data, streams, spec.clock)
+    cameras = _open_videos(data, spec)
+    start, end = episode_extent(data, streams, spec.clock, tuple(c.span() for c in cameras.values()))
     anchors = anchor_frames(grid_frame_count(start, end, spec.fps), spec.stride)
     static = _static_members(data, spec)
     report = windows_out.report
@@ -101,7 +106,6 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                   repairs={n: s.repairs.as_dict() for n, s in streams.items() if s.repairs.total()},
                   masked_steps={n: 0 for n in streams}, steps={n: 0 for n in streams})
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
-    cameras = _open_videos(data, spec)
     for name, camera in cameras.items():
         declared = data.videos[name].get("fps")
         report.setdefault("video", {})[name] = {"bytes": 0, "frames": 0, "psnr_db": None, "measured_fps":

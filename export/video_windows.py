@@ -40,12 +40,18 @@ class VideoWindows:
         self.end_s = meta.get("end_s")
         self.offset_s = float(meta.get("clock_offset_s") or 0.0)
         self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
-        self._decoder: Iterator[tuple[int, np.ndarray]] | None = None
+        self._decoder: Iterator[tuple[int, Any]] | None = None
         self._next = 0  # index of the next frame the decoder will produce
         height, width, _ = self.shape
         if options.encoding == "mp4" and (width % 2 or height % 2):
             raise VideoError(f"{path.name}: mp4 encoding needs an even frame size, got {width}x{height}; "
                              "set resize: [width, height]")
+
+    def span(self) -> tuple[float, float]:
+        """Episode times of the first and last frame inside the segment."""
+        first = max(float(self.info.pts[0]), self.start_s)
+        last = float(self.info.pts[-1]) if self.end_s is None else min(float(self.info.pts[-1]), float(self.end_s))
+        return first - self.start_s + self.offset_s, last - self.start_s + self.offset_s
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -80,14 +86,14 @@ class VideoWindows:
                                  f"({len(self.info.pts)} frames listed by the container)")
             i, frame = item
             self._next = i + 1
-            if i in needed:
-                self._frames[i] = frame
+            if i in needed:  # convert (and resize) only the frames some window uses
+                width, height = self.options.resize or (None, None)
+                self._frames[i] = frame.to_ndarray(format="rgb24", width=width, height=height)
 
-    def _decode(self) -> Iterator[tuple[int, np.ndarray]]:
-        """Frames in presentation order, numbered as in `info.pts` (single-threaded, deterministic)."""
+    def _decode(self) -> Iterator[tuple[int, Any]]:
+        """Decoded frames in presentation order, numbered as in `info.pts` (single-threaded)."""
         import av
 
-        width, height = self.options.resize or (None, None)
         with av.open(str(self.path)) as container:
             stream = container.streams.video[0]
             stream.thread_type = "NONE"
@@ -98,7 +104,7 @@ class VideoWindows:
                     k = pts_index.get(round(frame.pts * base, 9)) if frame.pts is not None else None
                     if k is None:
                         continue
-                    yield k, frame.to_ndarray(format="rgb24", width=width, height=height)
+                    yield k, frame
             except av.FFmpegError as exc:
                 raise VideoError(f"{self.path.name}: decoding failed after frame {self._next - 1}: {exc}") from exc
 

@@ -62,9 +62,12 @@ class ShardDataset(IterableDataset):
                  block: int = 4096, policy: str = "pad", batch_size: int = 1, drop_last: bool = False,
                  collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None, rank: int | None = None,
                  world_size: int | None = None, transform: Transform | None = None, verify: bool = False,
-                 on_error: str = "raise", storage_options: dict[str, Any] | None = None) -> None:
+                 on_error: str = "raise", storage_options: dict[str, Any] | None = None,
+                 video_layout: str = "THWC") -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if video_layout not in ("THWC", "TCHW"):
+            raise ValueError("video_layout must be 'THWC' (as stored) or 'TCHW'")
         if on_error not in ("raise", "skip"):
             raise ValueError("on_error must be 'raise' or 'skip'")
         if batch_size < 1:
@@ -79,6 +82,8 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
         self.transform, self.on_error, self.storage_options = transform, on_error, storage_options
         self.verify = {s.path: s.sha256 for s in self.shards} if verify else None
+        self.cameras = ([n for n, s in self.manifest["schema"].items() if s.get("kind") == "video"]
+                        if video_layout == "TCHW" else [])
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor
         self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
         self._worker: tuple[int, int] = (0, 1)
@@ -202,6 +207,8 @@ class ShardDataset(IterableDataset):
             data = pending.result() if isinstance(pending, Future) else source.read(pending[0], start, pending[1])
             key, members = read_sample(data, shard.path, start)
             sample = decode_sample(key, members)
+            for name in self.cameras:
+                sample[name] = sample[name].transpose(0, 3, 1, 2)  # [T, H, W, C] -> [T, C, H, W] (a view)
         except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:
             if self.on_error == "skip":
                 return None

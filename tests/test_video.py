@@ -252,3 +252,27 @@ def test_segments_of_one_long_file_lerobot_v3_style(tmp_path: Path) -> None:
     assert a["cam_high_mask"].tolist() == [True, True, True, False]
     np.testing.assert_array_equal(a["cam_high"][:3], source[27:30])
     assert not a["cam_high"][3].any()
+
+
+def test_reader_video_layout_channels_first(tmp_path: Path) -> None:
+    from reader import ShardDataset, ShardLoader
+
+    store = _store_with_video(tmp_path, fps=10.0)
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "streams.cam_high.encoding=mp4",
+                 "--set", "streams.cam_high.duration_s=0.3"]) == 0
+    hwc = next(iter(ShardDataset(out, "train", shuffle=False)))["cam_high"]
+    chw = next(iter(ShardDataset(out, "train", shuffle=False, video_layout="TCHW")))["cam_high"]
+    assert hwc.shape == (3, 48, 64, 3) and chw.shape == (3, 3, 48, 64)
+    np.testing.assert_array_equal(chw, hwc.transpose(0, 3, 1, 2))
+    batch = next(iter(ShardLoader(ShardDataset(out, "train", video_layout="TCHW"), batch_size=4, num_workers=1)))
+    assert tuple(batch["cam_high"].shape) == (4, 3, 3, 48, 64) and str(batch["cam_high"].dtype) == "torch.uint8"
+
+
+def test_camera_only_export_spans_the_video(tmp_path: Path) -> None:
+    store = _store_with_video(tmp_path, fps=10.0)  # 40 frames (3.9 s), segment [0, 3.9]
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--keep-order",
+                 "--set", "include=[cam_high]", "--set", "streams.cam_high.duration_s=0.2"]) == 0
+    keys = sorted(_samples(out))
+    assert keys == [f"ep_{e:04d}_{a:06d}" for e in range(2) for a in range(40)]  # grid 10 Hz over 0..3.9 s

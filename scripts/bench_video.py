@@ -1,0 +1,435 @@
+"""Camera-window read throughput: robowds shards (raw / jpg / mp4) against the decode limit and against
+on-the-fly LeRobot-style loading from the source videos, on the same windows.
+
+    .venv/bin/python scripts/bench_video.py            # ~2-3 minutes on 2 cores
+
+Windows: 2 s at 10 Hz (20 frames) of two cameras (`cam_a`, `cam_b`), resized to 224x224, an anchor
+every 5 grid frames (0.5 s at the default fps=10). One window = 40 frames.
+
+Setup (one run):
+  - `export.synth.write_synthetic_store` (`--episodes`, default 8), plus per episode two source videos
+    covering the episode (joints clock, first to last sample) at 30 fps, 320x240, libx264 (preset
+    veryfast, crf 23, a keyframe every 30 frames, no scene-cut keyframes) with moving content (a
+    scrolling colour gradient and a moving square, different per camera), and `videos.parquet` with
+    struct columns {path, fps}.
+  - Exported with `export.cli.main(["export", ..., "--stride", "5"])` for encoding raw, jpg and mp4, and
+    once more per encoding with stride 20 (= the window: no overlap) for the storage comparison. The
+    export keeps `joints` (the episode clock: without it a camera-only export gets an empty extent,
+    see below) and the two cameras (`include=[joints, cam_a, cam_b]`), so the samples hold what the
+    on-the-fly loader produces plus a tiny joints window.
+
+Rows (all on the windows of the `train` split of the stride-5 exports; windows/s = windows delivered per
+second, frames/s = windows/s x 40):
+  (b) limit <enc>          the stored clips, decoded without the reader: every shard is read into memory
+                           once (not timed), members are split with `reader.format.iter_members` /
+                           `group_samples` (not timed), then per window both cameras are decoded with
+                           PyAV (mp4: open the clip from bytes, decode every frame to rgb24, single
+                           thread), PIL (jpg: msgpack list -> Image.open -> np.asarray) or `np.load`
+                           (raw). This is the codec cost alone, the bound for our reader.
+  (a) ShardDataset <enc>   `ShardDataset(out, "train")` iterated in this process (samples, shuffled plan).
+  (a) ShardLoader w0/w2    `ShardLoader(ShardDataset(out, "train"), batch_size=8, num_workers=0 / 2)`
+                           (collated batches; with 2 workers, batches cross shared memory).
+  (c) on-the-fly w0/w2     what users do without pre-slicing (LeRobot style): a torch map-style Dataset
+                           over the same (episode, anchor time) list; per item and camera it opens the
+                           source mp4 with PyAV, `container.seek(pts, stream=..., backward=True)` to the
+                           first query time, decodes forward until the last query time, takes the frame
+                           nearest to each of the 20 query times (clamped to the video's ends), converts
+                           only those to rgb24 224x224; `DataLoader(batch_size=8, shuffle=True,
+                           num_workers=0 / 2)` with the default collate. (Generous to this baseline:
+                           LeRobot converts every decoded frame to a tensor before selecting.)
+Every sample-level row reads one byte per 4 KiB page of each camera array (our raw arrays are zero-copy
+views of the memory-mapped shard; without that the row would not read the pixels at all); batched rows
+need no touch, collation copies.
+
+Measurement: passes with a fresh iterator until `--budget` seconds (default 3) have passed, stopping
+mid-pass at the budget; the best of `--repeats` (default 2) runs is kept. The page cache is warm.
+
+Storage: bytes per window = camera members (`cam_*.{npy,jpgs.msgpack,mp4}` + masks) per window, and the
+whole tar sample (headers, padding, joints, meta) per window; amplification = camera bytes of all windows
+of all splits / bytes of all source videos. At stride 5 every frame is stored in 4 overlapping windows.
+
+Ratios: (a)/(c) windows/s with the same worker count (target >= 5x); (a) ShardDataset / (b) limit
+(target >= 80%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+CAMERAS = ("cam_a", "cam_b")
+ENCODINGS = ("raw", "jpg", "mp4")
+SRC_FPS = 30
+SRC_SIZE = (320, 240)  # width, height
+OUT_SIZE = 224
+WINDOW_S, RATE_HZ, GRID_FPS = 2.0, 10.0, 10.0
+STEPS = int(WINDOW_S * RATE_HZ)  # 20 frames per camera per window
+FRAMES_PER_WINDOW = STEPS * len(CAMERAS)
+BATCH = 8
+PAGE = 4096
+
+
+# -- the store ------------------------------------------------------------------------------------
+def _frame(i: int, cam: int, grid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Frame i of camera `cam`: a scrolling colour gradient and a moving white square, [H, W, 3] uint8."""
+    yy, xx = grid
+    width, height = SRC_SIZE
+    img = np.empty((height, width, 3), np.uint8)
+    img[..., 0] = (xx + (3 + cam) * i) % 256
+    img[..., 1] = (yy + (2 + 2 * cam) * i) % 256
+    img[..., 2] = ((xx + yy) // 2 + 5 * i * (1 - cam)) % 256
+    x0 = (7 * i + 97 * cam) % (width - 40)
+    y0 = (3 * i + 50 * cam) % (height - 40)
+    img[y0:y0 + 40, x0:x0 + 40] = 255
+    return img
+
+
+def write_source_video(path: Path, frames: int, cam: int) -> None:
+    """An h264 mp4 of `frames` frames at 30 fps, 320x240, a keyframe every 30 frames."""
+    import av
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    width, height = SRC_SIZE
+    grid = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=SRC_FPS, options={
+            "g": "30", "keyint_min": "30", "sc_threshold": "0", "preset": "veryfast", "crf": "23"})
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(_frame(i, cam, (grid[0], grid[1])), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def build_store(store: Path, episodes: int) -> tuple[dict[str, float], int]:
+    """Synthetic store + two camera videos per episode: ({episode_id: duration_s}, source video bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from export.synth import write_synthetic_store
+
+    write_synthetic_store(store, episodes=episodes, seed=0)
+    table = pq.read_table(store / "trajectories.parquet", columns=["episode_id", "joints"])
+    ids = table["episode_id"].to_pylist()
+    joints = table["joints"]
+    durations = {}
+    for k, eid in enumerate(ids):
+        rows = joints[k].values  # list<double> rows [t, j0..j6]
+        durations[eid] = float(rows[len(rows) - 1][0].as_py())  # joints clock starts at 0
+    source_bytes = 0
+    for eid, duration in durations.items():
+        frames = int(np.floor(duration * SRC_FPS + 1e-9)) + 1  # covers [0, duration]
+        for c, cam in enumerate(CAMERAS):
+            path = store / "media" / cam / f"{eid}.mp4"
+            write_source_video(path, frames, c)
+            source_bytes += path.stat().st_size
+    columns: dict[str, Any] = {"episode_id": ids}
+    for cam in CAMERAS:
+        columns[cam] = pa.array([{"path": f"media/{cam}/{eid}.mp4", "fps": float(SRC_FPS)} for eid in ids])
+    pq.write_table(pa.table(columns), store / "videos.parquet")
+    return durations, source_bytes
+
+
+def export(store: Path, out: Path, encoding: str, stride: int) -> float:
+    from export.cli import main
+
+    args = ["export", str(store), str(out), "--quiet", "--workers", "2", "--stride", str(stride),
+            "--set", "include=[joints, cam_a, cam_b]"]
+    for cam in CAMERAS:
+        args += ["--set", f"streams.{cam}.encoding={encoding}", "--set", f"streams.{cam}.resize=[{OUT_SIZE}, {OUT_SIZE}]",
+                 "--set", f"streams.{cam}.duration_s={WINDOW_S}", "--set", f"streams.{cam}.rate_hz={int(RATE_HZ)}"]
+    t0 = time.perf_counter()
+    rc = main(args)
+    if rc != 0:
+        raise SystemExit(f"export {encoding} stride {stride} failed with {rc}")
+    return time.perf_counter() - t0
+
+
+# -- shards read without the reader -----------------------------------------------------------------
+@dataclass
+class StoredWindow:
+    key: str
+    episode_id: str
+    t: float  # anchor time (episode clock)
+    members: dict[str, bytes]  # camera suffix -> bytes
+
+
+def shard_files(out: Path, split: str | None = None) -> list[Path]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    paths = []
+    for name, info in manifest["splits"].items() if isinstance(manifest.get("splits"), dict) else []:
+        if split is None or name == split:
+            paths += [out / s["path"] for s in info.get("shards", [])]
+    if not paths:  # fall back to the folder layout
+        paths = sorted((out / split).glob("*.tar")) if split else sorted(out.glob("*/*.tar"))
+    return paths
+
+
+def stored_windows(out: Path, split: str | None) -> list[StoredWindow]:
+    """Every window of `split` (None = all) with its camera members as bytes, via the format module."""
+    from reader.format import group_samples, iter_members
+
+    windows = []
+    for path in shard_files(out, split):
+        data = path.read_bytes()
+        for key, _, fields in group_samples(iter_members(data, str(path))):
+            meta = json.loads(bytes(fields["meta.json"]))
+            cams = {s: bytes(v) for s, v in fields.items() if s.split(".", 1)[0] in CAMERAS}
+            windows.append(StoredWindow(key, meta["episode_id"], float(meta["t"]), cams))
+    return windows
+
+
+def storage(out: Path) -> tuple[int, int, int]:
+    """(windows, camera bytes incl. masks, tar bytes) over all splits."""
+    from reader.format import group_samples, iter_members
+
+    count = cam_bytes = tar_bytes = 0
+    for path in shard_files(out, None):
+        data = path.read_bytes()
+        tar_bytes += len(data)
+        for _, _, fields in group_samples(iter_members(data, str(path))):
+            count += 1
+            cam_bytes += sum(len(v) for s, v in fields.items() if s.split(".", 1)[0].removesuffix("_mask") in CAMERAS)
+    return count, cam_bytes, tar_bytes
+
+
+def decode_limit(member: str, data: bytes) -> np.ndarray:
+    """One stored camera clip -> uint8 [T, H, W, 3] with the codec library only."""
+    if member.endswith(".mp4"):
+        import av
+
+        with av.open(io.BytesIO(data)) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "NONE"
+            return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(stream)])
+    if member.endswith(".jpgs.msgpack"):
+        import msgpack
+        from PIL import Image
+
+        return np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in msgpack.unpackb(data)])
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def touch(array: np.ndarray) -> int:
+    return int(np.asarray(array).reshape(-1)[::PAGE].sum())
+
+
+# -- on-the-fly (LeRobot style) ---------------------------------------------------------------------
+class OnTheFly:
+    """Map-style dataset over (episode_id, anchor t): seeks and decodes the source videos per item."""
+
+    def __init__(self, store: Path, items: list[tuple[str, float]]) -> None:
+        self.store, self.items = store, items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        eid, t0 = self.items[i]
+        query = t0 + np.arange(STEPS) / RATE_HZ
+        return {cam: self.clip(self.store / "media" / cam / f"{eid}.mp4", query) for cam in CAMERAS}
+
+    @staticmethod
+    def clip(path: Path, query: np.ndarray) -> np.ndarray:
+        import av
+
+        half = 0.5 / SRC_FPS
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            base = stream.time_base
+            container.seek(int(float(query[0]) / base), stream=stream, backward=True)
+            times: list[float] = []
+            frames: list[Any] = []
+            for frame in container.decode(stream):
+                t = float(frame.pts * base)
+                times.append(t)
+                frames.append(frame)
+                if t >= query[-1] - half:
+                    break
+        ts = np.asarray(times)
+        pick = np.abs(ts[None, :] - query[:, None]).argmin(axis=1)  # nearest decoded frame, clamped at the ends
+        converted: dict[int, np.ndarray] = {}
+        out = np.empty((STEPS, OUT_SIZE, OUT_SIZE, 3), np.uint8)
+        for j, k in enumerate(pick.tolist()):
+            if k not in converted:
+                converted[k] = frames[k].to_ndarray(format="rgb24", width=OUT_SIZE, height=OUT_SIZE)
+            out[j] = converted[k]
+        return out
+
+
+# -- measuring ------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    name: str
+    windows_s: float
+    windows: int
+    seconds: float
+
+
+def measure(name: str, make: Callable[[], Iterable[int]], budget: float, repeats: int) -> Row:
+    """Passes of `make()` (each item = windows delivered) until `budget` s; best of `repeats`."""
+    best: Row | None = None
+    for _ in range(repeats):
+        count, t0 = 0, time.perf_counter()
+        done = False
+        while not done:
+            iterator = iter(make())
+            for n in iterator:
+                count += n
+                if time.perf_counter() - t0 >= budget:
+                    done = True
+                    break
+            else:
+                done = time.perf_counter() - t0 >= budget
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+            del iterator
+        seconds = time.perf_counter() - t0
+        row = Row(name, count / seconds, count, seconds)
+        if best is None or row.windows_s > best.windows_s:
+            best = row
+    assert best is not None
+    return best
+
+
+def limit_pass(windows: list[StoredWindow]) -> Iterator[int]:
+    for w in windows:
+        for member, data in w.members.items():
+            if not member.endswith("_mask.npy"):
+                touch(decode_limit(member, data))
+        yield 1
+
+
+def dataset_pass(out: Path) -> Iterator[int]:
+    from reader import ShardDataset
+
+    for sample in ShardDataset(out, "train", shuffle=True, seed=0):
+        for cam in CAMERAS:
+            touch(sample[cam])
+        yield 1
+
+
+def loader_pass(out: Path, workers: int) -> Iterator[int]:
+    from reader import ShardDataset, ShardLoader
+
+    for batch in ShardLoader(ShardDataset(out, "train", shuffle=True, seed=0), batch_size=BATCH, num_workers=workers):
+        yield len(batch["__key__"])
+
+
+def onthefly_pass(dataset: OnTheFly, workers: int) -> Iterator[int]:
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=workers,
+                        generator=torch.Generator().manual_seed(0))
+    for batch in loader:
+        yield int(batch[CAMERAS[0]].shape[0])
+
+
+def fmt_row(row: Row) -> str:
+    return (f"{row.name:<38}{row.windows_s:>10,.1f}{row.windows_s * FRAMES_PER_WINDOW:>11,.0f}"
+            f"{row.windows:>9}{row.seconds:>7.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--episodes", type=int, default=8)
+    ap.add_argument("--budget", type=float, default=3.0, help="seconds per measurement run")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--dir", type=Path, help="work folder (kept); default: a temporary folder")
+    args = ap.parse_args()
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    t_start = time.perf_counter()
+    tmp = None
+    if args.dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="bench_video_")
+        work = Path(tmp.name)
+    else:
+        work = args.dir
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+    try:
+        store = work / "store"
+        t0 = time.perf_counter()
+        durations, source_bytes = build_store(store, args.episodes)
+        print(f"store: {args.episodes} episodes, {sum(durations.values()):.1f} s; sources: "
+              f"{2 * args.episodes} h264 mp4 {SRC_SIZE[0]}x{SRC_SIZE[1]} @ {SRC_FPS} fps, keyframe every 30, "
+              f"{source_bytes / 1e6:.2f} MB (written in {time.perf_counter() - t0:.1f} s)")
+        outs: dict[tuple[str, int], Path] = {}
+        export_s = []
+        for stride in (5, STEPS):
+            for enc in ENCODINGS:
+                out = work / f"out_{enc}_s{stride}"
+                export_s.append(f"{enc}/{stride}: {export(store, out, enc, stride):.1f} s")
+                outs[enc, stride] = out
+        print("exports (2 workers): " + ", ".join(export_s))
+        print(f"windows: {WINDOW_S:g} s at {RATE_HZ:g} Hz x {len(CAMERAS)} cameras, {OUT_SIZE}x{OUT_SIZE} "
+              f"= {FRAMES_PER_WINDOW} frames/window; grid {GRID_FPS:g} fps\n")
+
+        print("== storage (camera members incl. masks; tar = whole sample incl. headers and joints)")
+        print(f"{'':<14}{'windows':>8}{'cam KB/window':>15}{'tar KB/window':>15}{'cam MB':>9}{'x source':>10}")
+        for stride in (5, STEPS):
+            for enc in ENCODINGS:
+                n, cam, tar = storage(outs[enc, stride])
+                print(f"{enc + ' stride ' + str(stride):<14}{n:>8}{cam / n / 1e3:>15,.1f}{tar / n / 1e3:>15,.1f}"
+                      f"{cam / 1e6:>9,.1f}{cam / source_bytes:>9,.1f}x")
+        print(f"{'source videos':<14}{'':>8}{'':>15}{'':>15}{source_bytes / 1e6:>9,.1f}{1:>9,.1f}x\n")
+
+        train = stored_windows(outs["mp4", 5], "train")
+        items = sorted((w.episode_id, w.t) for w in train)
+        on_the_fly = OnTheFly(store, items)
+        budget, repeats = args.budget, args.repeats
+        print(f"== read throughput, train split of stride 5: {len(items)} windows "
+              f"(best of {repeats}, ~{budget:g} s each, warm page cache)")
+        print(f"{'':<38}{'windows/s':>10}{'frames/s':>11}{'windows':>9}{'s':>7}")
+        rows: dict[str, Row] = {}
+        for enc in ENCODINGS:
+            out = outs[enc, 5]
+            windows = stored_windows(out, "train")
+            assert sorted((w.episode_id, w.t) for w in windows) == items  # the same windows in every export
+            for key, name, make in (
+                    ("b", f"(b) limit {enc} (codec only)", lambda: limit_pass(windows)),
+                    ("ds", f"(a) ShardDataset {enc}, samples", lambda: dataset_pass(out)),
+                    ("w0", f"(a) ShardLoader({BATCH}) {enc}, workers=0", lambda: loader_pass(out, 0)),
+                    ("w2", f"(a) ShardLoader({BATCH}) {enc}, workers=2", lambda: loader_pass(out, 2))):
+                rows[f"{enc}/{key}"] = row = measure(name, make, budget, repeats)
+                print(fmt_row(row), flush=True)
+        for workers in (0, 2):
+            rows[f"otf/w{workers}"] = row = measure(f"(c) on-the-fly DataLoader({BATCH}), workers={workers}",
+                                                   lambda: onthefly_pass(on_the_fly, workers), budget, repeats)
+            print(fmt_row(row), flush=True)
+
+        print("\n== ratios (windows/s)")
+        print(f"{'':<8}{'(a) w0 / (c) w0':>17}{'(a) w2 / (c) w2':>17}{'ShardDataset / (b) limit':>26}")
+        for enc in ENCODINGS:
+            r0 = rows[f"{enc}/w0"].windows_s / rows["otf/w0"].windows_s
+            r2 = rows[f"{enc}/w2"].windows_s / rows["otf/w2"].windows_s
+            rb = rows[f"{enc}/ds"].windows_s / rows[f"{enc}/b"].windows_s
+            print(f"{enc:<8}{r0:>16.1f}x{r2:>16.1f}x{rb:>25.0%}")
+        print("targets: (a)/(c) >= 5x, (a)/(b) >= 80%")
+        print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
