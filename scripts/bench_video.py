@@ -62,7 +62,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
