@@ -11,6 +11,7 @@ from export import __version__
 from export.build import output_dtype
 from export.stats import FieldStats, merge_all
 from export.validate import FPS_TOLERANCE
+from export.video_windows import MP4_CODEC
 from reader.format import mask_field
 from reader.manifest import FORMAT, FORMAT_VERSION
 
@@ -41,7 +42,8 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
             entry.update(member=f"{name}.{ext}",
                          mask_member=f"{mask_field(name)}.npy", dtype="uint8", shape=[w.steps, *size, 3],
                          layout="THWC", rate_hz=w.rate_hz, duration_s=w.duration_s, offset_s=w.offset_s,
-                         pad=w.pad, selection=options.selection, encoding=options.encoding)
+                         pad=w.pad, selection=options.selection, encoding=options.encoding,
+                         codec={"mp4": MP4_CODEC, "jpg": "jpeg"}.get(options.encoding))
         elif spec.kind == "text":
             entry.update(member=f"{name}.txt", dtype="str", shape=[], encoding="utf-8")
         elif spec.kind == "image":

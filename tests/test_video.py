@@ -83,7 +83,7 @@ def test_validate_accepts_real_videos_and_export_carries_them(tmp_path: Path,
     assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"]) == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["schema"]["cam_high"] == {
-        "dtype": "uint8", "duration_s": 1.0, "encoding": "jpg", "kind": "video", "layout": "THWC",
+        "codec": "jpeg", "dtype": "uint8", "duration_s": 1.0, "encoding": "jpg", "kind": "video", "layout": "THWC",
         "mask_member": "cam_high_mask.npy", "member": "cam_high.jpgs.msgpack", "offset_s": 0.0, "pad": "zero",
         "rate_hz": 10.0, "selection": "nearest", "shape": [10, None, None, 3]}
     assert main(["verify", str(tmp_path / "out"), "--store", str(store), "--quiet"]) == 0
@@ -204,7 +204,9 @@ def test_mp4_clips_are_deterministic_keyframed_and_decode(tmp_path: Path) -> Non
     assert trees[0] == trees[1]  # mpeg4 with bitexact flags: same bytes whatever the worker count
     out = tmp_path / "mp4_1"
     assert main(["verify", str(out), "--store", str(store), "--quiet"]) == 0
-    report = json.loads((out / "manifest.json").read_text())["report"]["video"]["cam_high"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["schema"]["cam_high"]["codec"] == "mpeg4"
+    report = manifest["report"]["video"]["cam_high"]
     assert report["psnr_db_min"] > 30 and 0 < report["bytes_per_frame"] < 64 * 48 * 3
     sample = _samples(out)["ep_0000_000010"]
     source = _decoded_source(store / "media" / "cam" / "ep_0000.mp4")
