@@ -17,7 +17,7 @@ from export.episodes import EpisodeLoader
 from export.errors import EpisodeError
 from export.job import resolve
 from export.store import fingerprint
-from reader.format import group_samples, iter_members
+from reader.format import read_sample
 from reader.manifest import shards_of
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
             with open(out / shard.path, "rb") as fh:
                 fh.seek(start)
                 blob = fh.read(stop - start)
-            key = next(group_samples(iter_members(blob, shard.path, start)))[0]
+            key = read_sample(blob, shard.path, start)[0]
             episode = next(ep for ep, prefix in job.prefixes.items() if key.rsplit("_", 1)[0] == prefix)
             picks.setdefault(episode, []).append((key, shard.path, start, blob))
     loader = EpisodeLoader(job.schema, list(job.fields))
@@ -83,7 +83,7 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
 
 
 def _diff(new: bytes, old: bytes) -> str:
-    a = {k: bytes(v) for _, _, m in group_samples(iter_members(new)) for k, v in m.items()}
-    b = {k: bytes(v) for _, _, m in group_samples(iter_members(old)) for k, v in m.items()}
+    a = {k: bytes(v) for k, v in read_sample(new)[1].items()}
+    b = {k: bytes(v) for k, v in read_sample(old)[1].items()}
     names = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     return f" (members {', '.join(names)})" if names else ""
