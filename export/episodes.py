@@ -30,10 +30,8 @@ class EpisodeData:
     images: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # field -> (bytes, ext)
     values: dict[str, np.ndarray] = field(default_factory=dict)
     videos: dict[str, dict[str, Any]] = field(default_factory=dict)
-    split: str | None = None
     start_s: float | None = None
     end_s: float | None = None
-    time_origin_ns: int | None = None  # for int64-ns stores: the subtracted origin
 
 
 def image_ext(data: bytes) -> str | None:
@@ -95,7 +93,8 @@ class EpisodeLoader:
         data = EpisodeData(ep)
         for table, columns in self.schema.tables.items():
             wanted = [c for c in columns if c in self.fields]
-            extras = [c for c, t in self.schema.reserved.items() if t == table]
+            # the `split` column is read once for all episodes by the plan (job._declared_splits)
+            extras = [c for c, t in self.schema.reserved.items() if t == table and c != "split"]
             if not wanted and not extras:
                 continue
             group, row = self.schema.rows[table][ep]
@@ -109,7 +108,7 @@ class EpisodeLoader:
             for col in extras:
                 value = columns[col][row].as_py()
                 if value is not None:
-                    setattr(data, col, str(value) if col == "split" else float(value))
+                    setattr(data, col, float(value))
         self._relative_ns(data)
         return data
 
@@ -165,7 +164,6 @@ class EpisodeLoader:
                 raise EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column")
         converted, origin = ns_to_seconds(ns)
         data.streams.update(converted)
-        data.time_origin_ns = origin
         for bound in ("start_s", "end_s"):
             if getattr(data, bound) is not None:
                 setattr(data, bound, getattr(data, bound) - origin * 1e-9)
