@@ -8,6 +8,7 @@ which fsspec URLs give without running anything.
 from __future__ import annotations
 
 import hashlib
+import io
 import mmap
 import os
 import posixpath
@@ -64,7 +65,7 @@ class ShardSource:
         self.storage_options = storage_options or {}
         self.verify = verify or {}  # shard path -> sha256 to check before the first read
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
-        self._fds: OrderedDict[str, int] = OrderedDict()  # for large reads
+        self._files: OrderedDict[str, io.FileIO] = OrderedDict()  # for large reads
         self._lock = threading.Lock()  # reads may come from read-ahead threads
         self._verify_lock = threading.Lock()
         self._verified: set[str] = set()
@@ -83,7 +84,8 @@ class ShardSource:
             data = self._filesystem().cat_file(self.location(path), start=start, end=stop)
             view = memoryview(data)
         elif stop - start >= PREFETCH_MIN:  # large: one read syscall beats a page fault per 4 KiB
-            view = memoryview(os.pread(self._fd(path), stop - start, start))
+            shard = self._file(path)  # held here: an eviction by another thread cannot close it under us
+            view = memoryview(os.pread(shard.fileno(), stop - start, start))
         else:
             view = memoryview(self._map(path))[start:stop]
         if len(view) != stop - start:
@@ -91,21 +93,20 @@ class ShardSource:
                                  f"(wanted bytes {start}-{stop})")
         return view
 
-    def _fd(self, path: str) -> int:
+    def _file(self, path: str) -> io.FileIO:
         with self._lock:
-            return self._fd_locked(path)
-
-    def _fd_locked(self, path: str) -> int:
-        fd = self._fds.get(path)
-        if fd is None:
-            try:
-                fd = os.open(self.location(path), os.O_RDONLY)
-            except OSError as exc:
-                raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
-            self._fds[path] = fd
-            if len(self._fds) > MAX_OPEN:
-                os.close(self._fds.popitem(last=False)[1])
-        return fd
+            shard = self._files.get(path)
+            if shard is not None:
+                self._files.move_to_end(path)
+            else:
+                try:
+                    shard = io.FileIO(self.location(path), "r")
+                except OSError as exc:
+                    raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
+                self._files[path] = shard
+                if len(self._files) > MAX_OPEN:
+                    self._files.popitem(last=False)  # closed when no read holds it any more
+            return shard
 
     def worth_a_thread(self, start: int, stop: int) -> bool:
         """Reads that wait long enough (remote, or large) to be overlapped with decoding in a thread."""
@@ -113,22 +114,19 @@ class ShardSource:
 
     def _map(self, path: str) -> mmap.mmap:
         with self._lock:
-            return self._map_locked(path)
-
-    def _map_locked(self, path: str) -> mmap.mmap:
-        mm = self._maps.get(path)
-        if mm is not None:
-            self._maps.move_to_end(path)
+            mm = self._maps.get(path)
+            if mm is not None:
+                self._maps.move_to_end(path)
+                return mm
+            try:
+                with open(self.location(path), "rb") as fh:
+                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
+            self._maps[path] = mm
+            if len(self._maps) > MAX_OPEN:
+                self._maps.popitem(last=False)  # not closed: arrays may still view it; GC unmaps it
             return mm
-        try:
-            with open(self.location(path), "rb") as fh:
-                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
-            raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
-        self._maps[path] = mm
-        if len(self._maps) > MAX_OPEN:
-            self._maps.popitem(last=False)  # not closed: arrays may still view it; GC unmaps it
-        return mm
 
     def _filesystem(self) -> Any:
         if self._fs is None:

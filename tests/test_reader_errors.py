@@ -177,3 +177,24 @@ def test_fully_skipped_batch_keeps_step_count_order_and_cursor(copy: Path, expor
 def test_rank_without_world_size_is_refused(exported: Path) -> None:
     with pytest.raises(ValueError, match="both rank and world_size"):
         ShardDataset(exported, "train", rank=1)
+
+
+def test_large_samples_take_the_threaded_pread_path(tmp_path: Path) -> None:
+    from reader.format import decode_npy
+    from reader.source import PREFETCH_MIN
+
+    out = export_synthetic(tmp_path, 2, 3, "--stride", "20", "--set", "streams.imu.rate_hz=200",
+                           "--set", "streams.imu.duration_s=30", "--set", "exclude=[overview]")
+    manifest = json.loads((out / "manifest.json").read_text())
+    shard = manifest["splits"]["train"]["shards"][0]
+    data = (out / shard["path"]).read_bytes()
+    direct = {k: decode_npy(m["imu.npy"]) for k, _, m in group_samples(iter_members(data))}
+    assert min(np.diff(shard["offsets"])) >= PREFETCH_MIN  # every sample is a large read
+    read = {s["__key__"]: s["imu"] for s in ShardDataset(out, "train", shuffle=False)}
+    assert read.keys() == direct.keys()
+    for key, imu in read.items():
+        np.testing.assert_array_equal(imu, direct[key])
+    cut = shard["offsets"][2] + 5000
+    (out / shard["path"]).write_bytes(data[:cut])
+    with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated"):
+        list(ShardDataset(out, "train", shuffle=False))
