@@ -104,15 +104,13 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     report.update(episode_id=data.episode_id, duration_s=end - start, candidates=int(len(anchors)),
                   emitted=0, dropped_min_valid=0,
                   repairs={n: s.repairs.as_dict() for n, s in streams.items() if s.repairs.total()},
-                  masked_steps={n: 0 for n in streams}, steps={n: 0 for n in streams})
+                  masked_steps={n: 0 for n in [*streams, *cameras]}, steps={n: 0 for n in [*streams, *cameras]})
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
     for name, camera in cameras.items():
         declared = data.videos[name].get("fps")
         report.setdefault("video", {})[name] = {"bytes": 0, "frames": 0, "psnr_db": None, "measured_fps":
                                                 camera.info.measured_fps,
                                                 "declared_fps": float(declared) if declared else None}
-    report["masked_steps"].update({n: 0 for n in cameras})
-    report["steps"].update({n: 0 for n in cameras})
     chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS
     for lo in range(0, len(anchors), chunk_size):
         chunk = anchors[lo:lo + chunk_size]  # [W]
@@ -168,7 +166,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
 def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, frames: np.ndarray) -> None:
     """Bytes per frame for every window; PSNR of the stored frames against the decoded source on the
     episode's first window (a sample: decoding every window back would double the export's cost)."""
-    stats = report.setdefault("video", {}).setdefault(name, {"bytes": 0, "frames": 0, "psnr_db": None})
+    stats = report["video"][name]  # set up in build_episode when the camera was opened
     stats["bytes"] += len(blob)
     stats["frames"] += len(frames)
     if stats["psnr_db"] is None:
