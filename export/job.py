@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -303,7 +303,7 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
         windows = sum(s["samples"] for s in doc["splits"].values())
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
-    job = JobSpec(**{**job.__dict__, "work": str(work)})
+    job = replace(job, work=str(work))
     executor = make_executor(workers)
     try:
         ids = schema.episode_ids
