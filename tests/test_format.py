@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reader.format import (BLOCK, END_OF_ARCHIVE, ShardFormatError, decode_npy, encode_npy, encode_sample,
-                           group_samples, iter_members)
+                           group_samples, iter_members, read_sample)
 
 MEMBERS = {"joints.npy": encode_npy(np.arange(6, dtype=np.float32).reshape(3, 2)),
            "task.txt": b"pick up the cube",
@@ -177,6 +177,34 @@ def test_garbage_header_names_its_offset() -> None:
     with pytest.raises(ShardFormatError, match="bad tar header") as exc:
         next(members)
     assert _offset_in(str(exc.value)) == 1024
+
+
+def _checked_read(blob: bytes) -> tuple[str, dict[str, bytes]]:
+    (key, _, fields), = group_samples(iter_members(blob))
+    return key, {k: bytes(v) for k, v in fields.items()}
+
+
+def test_read_sample_fast_path_equals_the_checked_walk() -> None:
+    blob = encode_sample("ep_000001_000042", {**MEMBERS, "imu.npy": encode_npy(np.ones((700, 6), np.float32))})
+    key, members = read_sample(blob)
+    assert (key, {k: bytes(v) for k, v in members.items()}) == _checked_read(blob)
+    assert all(isinstance(v, memoryview) for v in members.values())  # zero-copy views
+
+
+@pytest.mark.parametrize("where", [0, 1, 100, 124, 148, 155, 156, 300, 511])
+def test_read_sample_corrupt_header_byte_names_that_header(where: int) -> None:
+    """One flipped byte in any member's header: the same error, naming the same offset, as the
+    fully checked walk (the fast path must not accept what the checksum rejects)."""
+    blob = encode_sample("a", {"x.txt": b"1" * 700, "y.npy": encode_npy(np.arange(4)), "z.txt": b"2"})
+    second = BLOCK + _padded(700)  # the header of a.y.npy
+    bad = bytearray(blob)
+    bad[second + where] ^= 0x5A
+    with pytest.raises(ShardFormatError) as checked:
+        _checked_read(bytes(bad))
+    with pytest.raises(ShardFormatError) as fast:
+        read_sample(bytes(bad), where="s.tar", base=4096)
+    assert _offset_in(str(fast.value)) == 4096 + _offset_in(str(checked.value))
+    assert _offset_in(str(checked.value)) == second
 
 
 def test_non_regular_member_is_refused() -> None:
