@@ -23,8 +23,8 @@ second, frames/s = windows/s x 40):
   (b) limit <enc>          the stored clips, decoded without the reader: every shard is read into memory
                            once (not timed), members are split with `reader.format.iter_members` /
                            `group_samples` (not timed), then per window both cameras are decoded with
-                           PyAV (mp4: open the clip from bytes, decode every frame to rgb24 through
-                           one reused swscale context, single thread), PIL (jpg: msgpack list -> Image.open -> np.asarray) or `np.load`
+                           PyAV (mp4: open the clip from bytes, decode every frame to rgb24, single
+                           thread, swscale too), PIL (jpg: msgpack list -> Image.open -> np.asarray) or `np.load`
                            (raw). This is the codec cost alone, the bound for our reader.
   (a) ShardDataset <enc>   `ShardDataset(out, "train")` iterated in this process (samples, shuffled plan).
   (a) ShardLoader w0/w2    `ShardLoader(ShardDataset(out, "train"), batch_size=8, num_workers=0 / 2)`
@@ -38,8 +38,9 @@ second, frames/s = windows/s x 40):
                            num_workers=0 / 2)` with the default collate. (Generous to this baseline:
                            LeRobot converts every decoded frame to a tensor before selecting.)
                            The conversion is PyAV's `frame.to_ndarray(format="rgb24", width, height)`.
-  (c*) on-the-fly tuned    (c) with one reused swscale context instead (what our reader does; PyAV's
-                           `to_ndarray` builds a new one per frame, ~0.2 ms): a stronger baseline.
+  (c*) on-the-fly tuned    (c) with a single-threaded swscale conversion instead (`reformat(...,
+                           threads=1)`, what our reader does; PyAV's `to_ndarray` gives swscale a
+                           thread per CPU for every frame, ~0.2 ms at this size): a stronger baseline.
 Every sample-level row reads one byte per 4 KiB page of each camera array (our raw arrays are zero-copy
 views of the memory-mapped shard; without that the row would not read the pixels at all); batched rows
 need no touch, collation copies.
@@ -217,8 +218,9 @@ def decode_limit(member: str, data: bytes) -> np.ndarray:
         with av.open(io.BytesIO(data)) as container:
             stream = container.streams.video[0]
             stream.thread_type = "NONE"
-            reformatter = VideoReformatter()  # one swscale context per clip (PyAV's per-frame one costs ~0.2 ms)
-            return np.stack([reformatter.reformat(f, format="rgb24").to_ndarray() for f in container.decode(stream)])
+            reformatter = VideoReformatter()  # single-threaded swscale (PyAV's default starts threads per frame)
+            return np.stack([reformatter.reformat(f, format="rgb24", threads=1).to_ndarray()
+                             for f in container.decode(stream)])
     if member.endswith(".jpgs.msgpack"):
         import msgpack
         from PIL import Image
@@ -264,7 +266,7 @@ class OnTheFly:
                 frames.append(frame)
                 if t >= query[-1] - half:
                     break
-        reformatter = VideoReformatter()  # tuned: one swscale context for all frames, as our reader does
+        reformatter = VideoReformatter()  # tuned: single-threaded swscale, as our reader does
         ts = np.asarray(times)
         pick = np.abs(ts[None, :] - query[:, None]).argmin(axis=1)  # nearest decoded frame, clamped at the ends
         converted: dict[int, np.ndarray] = {}
@@ -274,7 +276,7 @@ class OnTheFly:
                 pass
             elif tuned:
                 converted[k] = reformatter.reformat(frames[k], format="rgb24", width=OUT_SIZE,
-                                                    height=OUT_SIZE).to_ndarray()
+                                                    height=OUT_SIZE, threads=1).to_ndarray()
             else:  # PyAV's documented call, as users write it (a new swscale context per frame)
                 converted[k] = frames[k].to_ndarray(format="rgb24", width=OUT_SIZE, height=OUT_SIZE)
             out[j] = converted[k]
