@@ -18,11 +18,12 @@ from export.episodes import EpisodeData
 from export.errors import EpisodeError
 from export.resample import Stream, StreamError, clean_stream, resample
 from export.stats import FieldStats, merge_all
-from export.video import VideoError
+from export.video import VideoError, VideoSizeError
 from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
 from reader.format import encode_npy, encode_sample, mask_field
 
 if TYPE_CHECKING:
+    from export.images import ImageOptions
     from export.video_windows import VideoOptions, VideoWindows
 
 CHUNK_ANCHORS = 1024
@@ -44,6 +45,7 @@ class BuildSpec:
     static_fields: tuple[str, ...]  # text, image, value fields carried by every window
     clock: str | None
     videos: dict[str, tuple[StreamWindow, "VideoOptions"]] = field(default_factory=dict)
+    images: dict[str, "ImageOptions"] = field(default_factory=dict)  # image field -> encoding (default original)
 
 
 @dataclass
@@ -112,6 +114,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                                                 camera.info.measured_fps,
                                                 "declared_fps": float(declared) if declared else None}
     chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS
+    _expect_frames(cameras, spec, start, anchors, chunk_size)
     for lo in range(0, len(anchors), chunk_size):
         chunk = anchors[lo:lo + chunk_size]  # [W]
         values, masks = {}, {}
@@ -160,7 +163,18 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             windows_out.keys.append(key)
             yield encode_sample(key, members)
     report["emitted"] = len(windows_out.anchors)
+    for name, camera in cameras.items():
+        report["video"][name]["frames_held_max"] = camera.peak_frames
     windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
+
+
+def _expect_frames(cameras: dict[str, "VideoWindows"], spec: BuildSpec, start: float, anchors: np.ndarray,
+                   chunk_size: int) -> None:
+    """Tell each camera every frame the episode's windows will use, before decoding starts (a chunk
+    can need a frame that an earlier chunk's decode passed without using)."""
+    for name, camera in cameras.items():
+        for lo in range(0, len(anchors), chunk_size):
+            camera.expect(query_times(start, spec.fps, anchors[lo:lo + chunk_size], spec.videos[name][0]))  # [W, n]
 
 
 def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, frames: np.ndarray) -> None:
@@ -170,7 +184,7 @@ def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, fra
     stats["bytes"] += len(blob)
     stats["frames"] += len(frames)
     if stats["psnr_db"] is None:
-        from export.video_windows import psnr
+        from export.clips import psnr
         from reader.decode import decode_member
         stats["psnr_db"] = round(psnr(decode_member(ext, blob), frames), 3)
 
@@ -183,6 +197,9 @@ def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"
         video = data.videos[name]
         try:
             cameras[name] = VideoWindows(Path(video["file"]), video, options)
+        except VideoSizeError as exc:
+            raise EpisodeError(data.episode_id, name, f"video file {video['path']!r}: {exc}",
+                               hint=f"change streams.{name}.crop / resize / encoding in the export config") from exc
         except VideoError as exc:
             raise EpisodeError(data.episode_id, name, f"video file {video['path']!r}: {exc}",
                                hint="re-encode it or fix the path") from exc
@@ -190,16 +207,31 @@ def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"
 
 
 def _static_members(data: EpisodeData, spec: BuildSpec) -> dict[str, bytes]:
+    """Members every window of the episode carries, encoded once per episode."""
     members: dict[str, bytes] = {}
     for name in spec.static_fields:
         if name in data.texts:
             members[f"{name}.txt"] = data.texts[name].encode("utf-8")
         elif name in data.images:
-            blob, ext = data.images[name]
+            ext, blob = _image_member(data, spec, name)
             members[f"{name}.{ext}"] = blob
         elif name in data.values:
             members[f"{name}.npy"] = encode_npy(data.values[name])
     return members
+
+
+def _image_member(data: EpisodeData, spec: BuildSpec, name: str) -> tuple[str, bytes]:
+    """(extension, bytes) of an image field: the stored bytes, or re-encoded per `streams.<name>`."""
+    from export.images import ImageOptions, encode_image
+
+    blob, ext = data.images[name]
+    options = spec.images.get(name, ImageOptions())
+    try:
+        return encode_image(blob, ext, options)
+    except ValueError as exc:  # CropError is a ValueError too
+        source = data.image_sources.get(name, "image")
+        raise EpisodeError(data.episode_id, name, f"image {source}: {exc}",
+                           hint=f"fix the image, or change streams.{name} (crop/resize/encoding)") from exc
 
 
 def _meta_json(meta: dict[str, Any], anchor: int, t: float) -> bytes:

@@ -10,15 +10,16 @@ import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import yaml
 
 from export.errors import UserError
+from export.geometry import Crop
+from export.images import IMAGE_ENCODINGS, ImageOptions
 from export.resample import METHODS
-
-if TYPE_CHECKING:
-    from export.video_windows import VideoOptions
+from export.video_windows import ENCODINGS as VIDEO_ENCODINGS
+from export.video_windows import VideoOptions
 
 DEFAULTS: dict[str, Any] = {
     "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
@@ -30,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
         "rate_hz": None,       # None = fps
         "pad": "zero",         # zero | edge
     },
-    "streams": {},             # per field: {rate_hz, duration_s, offset_s, pad, max_gap_s, interpolation}
+    "streams": {},             # per field: window keys above, interpolation, max_gap_s; video/image keys
     "include": None,           # list of fields to export (None = all)
     "exclude": [],
     "seed": 0,
@@ -45,7 +46,8 @@ DEFAULTS: dict[str, Any] = {
 
 PADS = ("zero", "edge")
 STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation",
-               "selection", "encoding", "resize"}  # the last three: video fields only
+               "selection", "encoding", "resize", "crop"}  # the last four: video (and image) fields only
+IMAGE_KEYS = {"encoding", "resize", "crop"}  # all an image field's `streams.<name>` entry may set
 
 
 def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
@@ -94,6 +96,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _is_size(value: Any) -> bool:
+    """[width, height], two positive integers (YAML lists; tuples from a manifest's resolved config)."""
+    return (isinstance(value, (list, tuple)) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
+
+
 def _require(ok: bool, key: str, what: str, value: Any) -> None:
     if not ok:
         raise UserError(f"config {key} must be {what}, got {value!r}")
@@ -138,12 +146,14 @@ def _check(config: dict[str, Any]) -> None:
             _require(stream["selection"] in ("nearest", "causal"), f"{where}.selection", "nearest or causal",
                      stream["selection"])
         if "encoding" in stream:
-            _require(stream["encoding"] in ("raw", "jpg", "mp4"), f"{where}.encoding", "raw, jpg or mp4",
+            _require(stream["encoding"] in {*VIDEO_ENCODINGS, *IMAGE_ENCODINGS}, f"{where}.encoding",
+                     f"one of {', '.join(VIDEO_ENCODINGS)} (video) or {', '.join(IMAGE_ENCODINGS)} (image)",
                      stream["encoding"])
         if stream.get("resize") is not None:
-            size = stream["resize"]
-            _require(isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size),
-                     f"{where}.resize", "[width, height] in pixels", size)
+            _require(_is_size(stream["resize"]), f"{where}.resize", "[width, height] in pixels", stream["resize"])
+        if stream.get("crop") is not None:
+            _require(stream["crop"] == "center" or _is_size(stream["crop"]), f"{where}.crop",
+                     'null, "center" (with resize) or [width, height] in source pixels', stream["crop"])
         if stream.get("interpolation") is not None:
             _require(stream["interpolation"] in METHODS, f"{where}.interpolation", f"one of {', '.join(METHODS)}",
                      stream["interpolation"])
@@ -157,14 +167,52 @@ def _check(config: dict[str, Any]) -> None:
         raise UserError("config splits must name exactly one split as 'rest' (it gets the remaining episodes)")
 
 
-def video_options(config: Mapping[str, Any], field: str) -> "VideoOptions":
-    """A video field's frame selection, encoding and resize (defaults: nearest, jpg, source size)."""
-    from export.video_windows import VideoOptions
+def _geometry(entry: Mapping[str, Any], where: str) -> tuple[tuple[int, int] | None, Crop]:
+    """(resize, crop) of a video or image entry; crop "center" needs a resize to take its aspect from."""
+    size, crop = entry.get("resize"), entry.get("crop")
+    resize = (int(size[0]), int(size[1])) if size else None
+    if crop == "center" and resize is None:
+        raise UserError(f'config {where}.crop is "center" but {where}.resize is not set',
+                        hint='"center" crops to the aspect ratio of resize: add resize: [width, height], '
+                             "or give the crop size in source pixels: crop: [width, height]")
+    return resize, (crop if crop in (None, "center") else (int(crop[0]), int(crop[1])))
 
-    merged = {**config["window"], **config["streams"].get(field, {})}
-    size = merged.get("resize")
-    return VideoOptions(selection=str(merged.get("selection", "nearest")), encoding=str(merged.get("encoding", "jpg")),
-                        resize=(int(size[0]), int(size[1])) if size else None, pad=str(merged["pad"]))
+
+def video_options(config: Mapping[str, Any], field: str) -> VideoOptions:
+    """A video field's frame selection, encoding, crop and resize (defaults: nearest, jpg, source size).
+
+    `window` gives the defaults for every camera, `streams.<field>` overrides them."""
+    own = config["streams"].get(field, {})
+    merged = {**config["window"], **own}
+    where = f"streams.{field}"
+    encoding = str(merged.get("encoding", "jpg"))
+    if encoding not in VIDEO_ENCODINGS:
+        key = f"{where}.encoding" if "encoding" in own else "window.encoding"
+        raise UserError(f"config {key} is {encoding!r}, but {field!r} is a video field",
+                        hint=f"video encodings: {', '.join(VIDEO_ENCODINGS)}")
+    resize, crop = _geometry(merged, where)
+    return VideoOptions(selection=str(merged.get("selection", "nearest")), encoding=encoding, resize=resize,
+                        pad=str(merged["pad"]), crop=crop)
+
+
+def image_options(config: Mapping[str, Any], field: str) -> ImageOptions:
+    """An image field's encoding, crop and resize, from `streams.<field>` only: images are not
+    windowed, so the `window` defaults (meant for streams and cameras) do not apply to them."""
+    own = config["streams"].get(field, {})
+    where = f"streams.{field}"
+    unknown = set(own) - IMAGE_KEYS
+    if unknown:
+        raise UserError(f"config {where} sets {sorted(unknown)}, but {field!r} is an image (one per episode)",
+                        hint=f"an image field takes only {', '.join(sorted(IMAGE_KEYS))}")
+    encoding = str(own.get("encoding", "original"))
+    if encoding not in IMAGE_ENCODINGS:
+        raise UserError(f"config {where}.encoding is {encoding!r}, but {field!r} is an image field",
+                        hint=f"image encodings: {', '.join(IMAGE_ENCODINGS)}")
+    resize, crop = _geometry(own, where)
+    if encoding == "original" and (resize or crop):
+        raise UserError(f"config {where} sets resize/crop with encoding original (the stored bytes, unchanged)",
+                        hint=f"set {where}.encoding to png (lossless) or jpg")
+    return ImageOptions(encoding=encoding, resize=resize, crop=crop)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ class EpisodeData:
     streams: dict[str, np.ndarray] = field(default_factory=dict)  # field -> [T, N+1]
     texts: dict[str, str] = field(default_factory=dict)
     images: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # field -> (bytes, ext)
+    image_sources: dict[str, str] = field(default_factory=dict)  # field -> store path, for error messages
     values: dict[str, np.ndarray] = field(default_factory=dict)
     videos: dict[str, dict[str, Any]] = field(default_factory=dict)
     start_s: float | None = None
@@ -137,6 +138,7 @@ class EpisodeLoader:
             data.videos[name] = video
         elif spec.kind == "image":
             data.images[name] = self._image(ep, name, value)
+            data.image_sources[name] = "(binary column)" if isinstance(value, (bytes, bytearray)) else repr(str(value))
 
     def _image(self, ep: str, name: str, value: Any) -> tuple[bytes, str]:
         if isinstance(value, (bytes, bytearray)):

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from export import __version__
 from export.build import BuildSpec, EpisodeWindows, build_episode
-from export.config import stream_window, video_options
+from export.config import image_options, stream_window, video_options
 from export.episodes import EpisodeLoader
 from export.errors import EpisodeError, UserError
 from export.executor import make_executor
@@ -94,24 +94,27 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
         raise UserError(f"config names field(s) the store does not have: {sorted(unknown)}",
                         hint=f"fields: {', '.join(sorted(schema.fields))}")
     fields = [f for f in sorted(schema.fields) if (include is None or f in include) and f not in config["exclude"]]
-    windows, videos = {}, {}
+    windows, videos, images = {}, {}, {}
     for name in fields:
         spec = schema.fields[name]
         if spec.kind == "timeseries":
             windows[name] = stream_window(config, name, spec.interpolation or "linear", spec.max_gap_s)
         elif spec.kind == "video":
             videos[name] = (stream_window(config, name, "nearest", None), video_options(config, name))
+        elif spec.kind == "image":
+            images[name] = image_options(config, name)
     if not windows and not fields:
         raise UserError("nothing to export: no fields selected", hint="check include/exclude")
     resolved = dict(config)
     resolved["streams"] = {n: w.__dict__ for n, w in windows.items()}
     resolved["videos"] = {n: {**w.__dict__, **o.__dict__} for n, (w, o) in videos.items()}
+    resolved["images"] = {n: o.__dict__ for n, o in images.items()}
     build = BuildSpec(fps=float(config["fps"]), stride=int(config["stride"]),
                       min_valid_fraction=float(config["min_valid_fraction"]), float_dtype=config["float_dtype"],
                       strict_timestamps=config["timestamps"] == "reject", max_gap_factor=float(config["max_gap_factor"]),
                       windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
                       static_fields=tuple(f for f in fields if f not in windows and f not in videos),
-                      videos=videos,
+                      videos=videos, images=images,
                       clock=schema.clock if schema.clock in windows else None)
     declared = _declared_splits(schema)
     splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
@@ -316,8 +319,10 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
         if failed and config["on_bad_episode"] == "fail":
             listed = "\n  ".join(f"episode {r['episode_id']!r}" + (f", field {r['error']['field']!r}" if
                                  r["error"]["field"] else "") + f": {r['error']['message']}" for r in failed[:20])
+            hints = list(dict.fromkeys(r["error"]["hint"] for r in failed if r["error"]["hint"]))[:3]
             raise UserError(f"{len(failed)} episode(s) cannot be exported:\n  {listed}",
-                            hint="fix them in the store, or pass --set on_bad_episode=skip to leave them out")
+                            hint="; ".join([*hints, "fix them in the store, or pass --set on_bad_episode=skip "
+                                                    "to leave them out"]))
         good = [r for r in records if not r["error"]]
         tasks = plan_shards(out, work, good, config, job.index)
         shard_records: dict[str, dict[str, Any]] = {}

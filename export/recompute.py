@@ -29,7 +29,8 @@ def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     resolved = manifest["config"]
     config = {k: resolved[k] for k in DEFAULTS}
     config["streams"] = {n: {k: v for k, v in w.items() if k in STREAM_KEYS}
-                         for n, w in {**resolved["streams"], **resolved.get("videos", {})}.items()}
+                         for n, w in {**resolved["streams"], **resolved.get("videos", {}),
+                                      **resolved.get("images", {})}.items()}
     return config
 
 

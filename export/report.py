@@ -9,15 +9,36 @@ import numpy as np
 
 from export import __version__
 from export.build import output_dtype
+from export.clips import MP4_CODEC
+from export.geometry import configured_size
 from export.stats import FieldStats, merge_all
 from export.validate import FPS_TOLERANCE
-from export.video_windows import MP4_CODEC
+from export.video_windows import MEMBER_EXT
 from reader.format import mask_field
 from reader.manifest import FORMAT, FORMAT_VERSION
 
 if TYPE_CHECKING:
+    from export.images import ImageOptions
     from export.job import JobSpec
     from export.store import StoreSchema
+
+
+VIDEO_CODECS = {"mp4": MP4_CODEC, "av1": "av1", "jpg": "jpeg"}  # raw has none
+IMAGE_CODECS = {"png": "png", "jpg": "jpeg"}
+
+
+def _crop_json(crop: Any) -> Any:
+    return list(crop) if isinstance(crop, tuple) else crop
+
+
+def _image_entry(name: str, options: "ImageOptions | None") -> dict[str, Any]:
+    """Schema of an image field: the source's own format (`original`) or the re-encoded one."""
+    if options is None or options.encoding == "original":
+        return {"member": f"{name}.<png|jpg|webp|bmp>", "dtype": "uint8", "shape": None, "encoding": "original"}
+    size = configured_size(options.crop, options.resize)
+    return {"member": f"{name}.{options.encoding}", "dtype": "uint8", "encoding": options.encoding,
+            "codec": IMAGE_CODECS[options.encoding], "layout": "HWC",
+            "shape": [size[1], size[0], 3] if size else [None, None, 3], "crop": _crop_json(options.crop)}
 
 
 def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, Any]]:
@@ -37,17 +58,17 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
                          quaternion_order=spec.quaternion_order)
         elif spec.kind == "video":
             w, options = job.build.videos[name]
-            size = [options.resize[1], options.resize[0]] if options.resize else [None, None]
-            ext = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4"}[options.encoding]
-            entry.update(member=f"{name}.{ext}",
-                         mask_member=f"{mask_field(name)}.npy", dtype="uint8", shape=[w.steps, *size, 3],
+            size = configured_size(options.crop, options.resize)
+            entry.update(member=f"{name}.{MEMBER_EXT[options.encoding]}",
+                         mask_member=f"{mask_field(name)}.npy", dtype="uint8",
+                         shape=[w.steps, *(size[::-1] if size else (None, None)), 3],
                          layout="THWC", rate_hz=w.rate_hz, duration_s=w.duration_s, offset_s=w.offset_s,
                          pad=w.pad, selection=options.selection, encoding=options.encoding,
-                         codec={"mp4": MP4_CODEC, "jpg": "jpeg"}.get(options.encoding))
+                         codec=VIDEO_CODECS.get(options.encoding), crop=_crop_json(options.crop))
         elif spec.kind == "text":
             entry.update(member=f"{name}.txt", dtype="str", shape=[], encoding="utf-8")
         elif spec.kind == "image":
-            entry.update(member=f"{name}.<png|jpg|webp|bmp>", dtype="uint8", shape=None, encoding="original")
+            entry.update(_image_entry(name, job.build.images.get(name)))
         elif spec.kind == "value":
             entry.update(member=f"{name}.npy", dtype=spec.value_dtype, shape=None)
         out[name] = {k: v for k, v in entry.items() if v is not None}
@@ -94,12 +115,14 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
 
 
 def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per camera: stored bytes per frame and the PSNR (dB) of stored vs source frames, sampled on each
-    episode's first window (min and mean over episodes)."""
+    """Per camera: stored bytes per frame, the PSNR (dB) of stored vs source frames, sampled on each
+    episode's first window (min and mean over episodes), and the most decoded frames held in memory at
+    once by one episode's decode (the export's memory bound for that camera)."""
     out: dict[str, Any] = {}
     for r in records:
         for name, v in r["report"].get("video", {}).items():
-            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": [], "fps_mismatch": []})
+            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": [], "fps_mismatch": [], "held": 0})
+            acc["held"] = max(acc["held"], v.get("frames_held_max", 0))
             declared, measured = v.get("declared_fps"), v.get("measured_fps")
             if declared and measured and abs(measured - declared) > FPS_TOLERANCE * declared:
                 acc["fps_mismatch"].append({"episode_id": r["episode_id"], "declared": declared,
@@ -111,7 +134,7 @@ def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {name: {"bytes_per_frame": round(acc["bytes"] / max(1, acc["frames"]), 1),
                    "psnr_db_min": min(acc["psnr"], default=None),
                    "psnr_db_mean": round(float(np.mean(acc["psnr"])), 3) if acc["psnr"] else None,
-                   "fps_mismatch": acc["fps_mismatch"]}
+                   "fps_mismatch": acc["fps_mismatch"], "frames_held_max": acc["held"]}
             for name, acc in sorted(out.items())}
 
 

@@ -46,6 +46,11 @@ class VerifyResult:
         return f"{head}: {len(self.failures)} problem(s)\n  {shown}{more}"
 
 
+def _fits(shape: tuple[int, ...], schema_shape: list[int | None]) -> bool:
+    """Whether an array shape matches the schema's, where None in the schema means any size."""
+    return len(shape) == len(schema_shape) and all(want is None or got == want for got, want in zip(shape, schema_shape))
+
+
 def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str, memoryview]) -> list[str]:
     """Problems of one decoded sample against the manifest's field schema (empty list = fine)."""
     problems = []
@@ -61,7 +66,7 @@ def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str
             except (KeyError, ValueError, OSError) as exc:
                 problems.append(f"video field {name!r}: {type(exc).__name__}: {exc}")
                 continue
-            if frames.dtype != np.uint8 or frames.ndim != 4 or len(frames) != spec["shape"][0]:
+            if frames.dtype != np.uint8 or not _fits(frames.shape, spec["shape"]):
                 problems.append(f"video field {name!r}: {frames.dtype.name}{list(frames.shape)}, schema says "
                                 f"uint8{spec['shape']}")
             if mask.shape != (spec["shape"][0],):
@@ -93,9 +98,14 @@ def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str
                 problems.append(f"image field {name!r}: {len(found)} members")
                 continue
             try:
-                Image.open(io.BytesIO(bytes(members[found[0]]))).convert("RGB")
+                with Image.open(io.BytesIO(bytes(members[found[0]]))) as img:
+                    size = (img.height, img.width, 3)
+                    img.convert("RGB")
             except Exception as exc:  # Pillow raises many types for bad data
                 problems.append(f"image field {name!r} does not decode: {exc}")
+                continue
+            if spec.get("shape") and not _fits(size, spec["shape"]):
+                problems.append(f"image field {name!r}: {size[1]}x{size[0]} pixels, schema says shape {spec['shape']}")
         elif kind == "value":
             expected.add(spec["member"])
             try:

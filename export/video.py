@@ -37,6 +37,10 @@ class VideoError(ValueError):
     """A video that cannot be opened or has no decodable video stream."""
 
 
+class VideoSizeError(VideoError):
+    """A video whose frames do not fit the configured crop or encoding: fixed in the config."""
+
+
 def probe_video(path: Path) -> VideoInfo:
     """Presentation timestamps of every frame, from the packets (demux only, no decode)."""
     import av  # lazy: only stores with video need PyAV

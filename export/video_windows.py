@@ -1,33 +1,34 @@
 """Camera windows: frames chosen by real pts for every window step, decoded in one forward pass.
 
-Memory stays bounded: windows are built chunk by chunk in anchor order, the decoder only moves
-forward, and only frames some step of the current chunk needs are kept (earlier ones are dropped as
-soon as no later window can need them). No seeking, no per-window decoding.
+Memory stays bounded: windows are built chunk by chunk in anchor order and the decoder only moves
+forward. Before decoding, every chunk's frame choice is registered with `expect`, so the decoder
+converts (crop, resize) and keeps exactly the frames some window will use, and drops each one once no
+later window can need it. No seeking, no per-window decoding.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
-from export.video import VideoError, probe_video, select_frames
+from export.clips import AV1_MIN_SIZE, encode_av1, encode_jpegs, encode_mp4
+from export.geometry import Crop, CropError, crop_box, output_size
+from export.video import VideoError, VideoSizeError, probe_video, select_frames
 
-ENCODINGS = ("raw", "jpg", "mp4")
-MP4_CODEC = "mpeg4"  # byte-reproducible across runs (libx264 is not: see reference/interop.md)
-MP4_BITS_PER_PIXEL = 0.6
-JPEG_QUALITY = 90
+ENCODINGS = ("raw", "jpg", "mp4", "av1")
+MEMBER_EXT = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4", "av1": "mp4"}  # reader decodes .mp4 via PyAV
 
 
 @dataclass(frozen=True)
 class VideoOptions:
     selection: str = "nearest"  # nearest | causal
-    encoding: str = "jpg"  # raw | jpg
+    encoding: str = "jpg"  # raw | jpg | mp4 | av1
     resize: tuple[int, int] | None = None  # (width, height)
     pad: str = "zero"
+    crop: Crop = None  # None | "center" | (width, height), applied before the resize
 
 
 class VideoWindows:
@@ -40,12 +41,27 @@ class VideoWindows:
         self.end_s = meta.get("end_s")
         self.offset_s = float(meta.get("clock_offset_s") or 0.0)
         self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
+        self._wanted = np.zeros(len(self.info.pts), dtype=bool)  # [F] frames some window uses
         self._decoder: Iterator[tuple[int, Any]] | None = None
         self._next = 0  # index of the next frame the decoder will produce
+        self._reformatter: Any = None  # one swscale context for all frames (see _to_rgb)
+        self._scaler: Any = None
+        self.peak_frames = 0  # most decoded frames held at once: the memory bound, reported per camera
+        try:
+            self._box = crop_box(self.info.width, self.info.height, options.crop, options.resize)
+        except CropError as exc:
+            raise VideoSizeError(str(exc)) from exc
+        self._check_size()
+
+    def _check_size(self) -> None:
+        """The encoders' size limits, on the stored (cropped, resized) size."""
         height, width, _ = self.shape
-        if options.encoding == "mp4" and (width % 2 or height % 2):
-            raise VideoError(f"{path.name}: mp4 encoding needs an even frame size, got {width}x{height}; "
-                             "set resize: [width, height]")
+        if self.options.encoding == "mp4" and (width % 2 or height % 2):
+            raise VideoSizeError(f"mp4 encoding needs an even frame size, got {width}x{height}; "
+                             "set resize: [width, height] (or an even crop)")
+        if self.options.encoding == "av1" and min(width, height) < AV1_MIN_SIZE:
+            raise VideoSizeError(f"av1 encoding needs frames of at least {AV1_MIN_SIZE}x{AV1_MIN_SIZE} "
+                             f"pixels, got {width}x{height}; set a larger resize or use encoding raw or jpg")
 
     def span(self) -> tuple[float, float]:
         """Episode times of the first and last frame inside the segment."""
@@ -55,28 +71,44 @@ class VideoWindows:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        width, height = self.options.resize or (self.info.width, self.info.height)
+        """(height, width, 3) of the stored frames: after crop and resize."""
+        width, height = output_size(self.info.width, self.info.height, self.options.crop, self.options.resize)
         return height, width, 3
 
-    def frames(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
-        """(frames [W, n, H, W, 3] uint8, valid [W, n]) for episode times `query` [W, n]."""
+    def _select(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Frame index and validity (both [Q]) for episode times `query` (any shape, flattened)."""
         file_t = query.ravel() - self.offset_s + self.start_s  # episode clock -> file clock
         index, valid = select_frames(self.info.pts, file_t, self.options.selection)
         valid &= (query.ravel() >= extent[0] - 1e-9) & (query.ravel() <= extent[1] + 1e-9)
         valid &= file_t >= self.start_s - 1e-9
         if self.end_s is not None:
             valid &= file_t <= float(self.end_s) + 1e-9
-        needed = set(index.tolist())
-        self._advance(max(needed), needed)
-        lowest = min(needed)
+        return index, valid
+
+    def expect(self, query: np.ndarray) -> None:
+        """Register times [W, n] that a later `frames` call will ask for, before any frames are decoded.
+
+        Needed because chunks overlap in frame index: when windows are longer than the anchor spacing
+        and their steps fall between the grid's, a later chunk can need a frame that lies before the
+        current chunk's last one but that no window of the current chunk uses."""
+        index, _ = select_frames(self.info.pts, query.ravel() - self.offset_s + self.start_s, self.options.selection)
+        self._wanted[index] = True
+
+    def frames(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+        """(frames [W, n, H, W, 3] uint8, valid [W, n]) for episode times `query` [W, n]."""
+        index, valid = self._select(query, extent)
+        self._wanted[index] = True  # callers that did not `expect` still get this chunk's frames
+        lowest = int(index.min())
         for stale in [i for i in self._frames if i < lowest]:
             del self._frames[stale]  # windows move forward: nothing later needs these
+        self._advance(int(index.max()))
         out = np.stack([self._frames[i] for i in index.tolist()])  # [W*n, H, W, 3]
         if self.options.pad == "zero":
             out[~valid] = 0
         return out.reshape(query.shape + self.shape), valid.reshape(query.shape)
 
-    def _advance(self, last: int, needed: set[int]) -> None:
+    def _advance(self, last: int) -> None:
+        """Decode up to frame `last`, keeping (converted) only the frames some window wants."""
         if self._decoder is None:
             self._decoder = self._decode()
         while self._next <= last:
@@ -86,9 +118,35 @@ class VideoWindows:
                                  f"({len(self.info.pts)} frames listed by the container)")
             i, frame = item
             self._next = i + 1
-            if i in needed:  # convert (and resize) only the frames some window uses
-                width, height = self.options.resize or (None, None)
-                self._frames[i] = frame.to_ndarray(format="rgb24", width=width, height=height)
+            if self._wanted[i]:
+                self._frames[i] = self._to_rgb(frame)
+                self.peak_frames = max(self.peak_frames, len(self._frames))
+
+    def _to_rgb(self, frame: Any) -> np.ndarray:
+        """A decoded frame -> stored uint8 [H, W, 3]: colour conversion, crop, resize.
+
+        One VideoReformatter is reused for every frame: `frame.to_ndarray(format=...)` builds a new
+        swscale context per frame, which cost more than decoding a small frame. swscale runs with one
+        thread (the export already runs one process per core). Without a crop the resize happens in
+        the same swscale pass; with one, the full-size RGB frame is cropped in numpy (only the crop
+        is kept) and then scaled RGB -> RGB."""
+        from av import VideoFrame
+        from av.video.reformatter import VideoReformatter
+
+        if self._reformatter is None:
+            self._reformatter, self._scaler = VideoReformatter(), VideoReformatter()
+        resize = self.options.resize
+        if self._box is None:
+            width, height = resize or (None, None)
+            return self._reformatter.reformat(frame, format="rgb24", width=width, height=height,
+                                              threads=1).to_ndarray()  # [H, W, 3]
+        x, y, w, h = self._box
+        rgb = self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()  # [H0, W0, 3]
+        cropped = np.ascontiguousarray(rgb[y:y + h, x:x + w])  # [h, w, 3], a copy: the full frame is freed
+        if resize is None or resize == (w, h):
+            return cropped
+        small = VideoFrame.from_ndarray(cropped, format="rgb24")
+        return self._scaler.reformat(small, width=resize[0], height=resize[1], threads=1).to_ndarray()
 
     def _decode(self) -> Iterator[tuple[int, Any]]:
         """Decoded frames in presentation order, numbered as in `info.pts` (single-threaded)."""
@@ -97,6 +155,7 @@ class VideoWindows:
         with av.open(str(self.path)) as container:
             stream = container.streams.video[0]
             stream.thread_type = "NONE"
+            stream.codec_context.thread_count = 1  # libdav1d threads on its own unless told
             base = float(stream.time_base)
             pts_index = {round(p, 9): k for k, p in enumerate(self.info.pts.tolist())}
             try:
@@ -110,53 +169,12 @@ class VideoWindows:
 
     def encode(self, frames: np.ndarray, rate_hz: float) -> tuple[str, bytes]:
         """One window's frames [n, H, W, 3] as a member (suffix without the field name, bytes)."""
-        if self.options.encoding == "raw":
+        encoding = self.options.encoding
+        if encoding == "raw":
             from reader.format import encode_npy
-            return "npy", encode_npy(frames)
-        if self.options.encoding == "mp4":
-            return "mp4", encode_mp4(frames, rate_hz)
-        return "jpgs.msgpack", encode_jpegs(frames)
-
-
-def encode_mp4(frames: np.ndarray, rate_hz: float) -> bytes:
-    """A short mp4 clip (MPEG-4 part 2, yuv420p, single-threaded): its first frame is a keyframe, so
-    the reader decodes a window without seeking. Frame i has pts i at time base 1/rate."""
-    from fractions import Fraction
-
-    import av
-
-    height, width = frames.shape[1:3]
-    rate = Fraction(rate_hz).limit_denominator(1000)
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4", options={"fflags": "+bitexact"}) as container:
-        stream = container.add_stream(MP4_CODEC, rate=rate, options={"flags": "+bitexact"})
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.thread_count = 1
-        stream.bit_rate = int(max(100_000, MP4_BITS_PER_PIXEL * width * height * float(rate)))
-        for i, image in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
-            frame.pts = i
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return buf.getvalue()
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio of two uint8 arrays, in dB (capped at 100 for identical arrays)."""
-    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
-    return 100.0 if mse == 0 else min(100.0, 10 * np.log10(255.0 ** 2 / mse))
-
-
-def encode_jpegs(frames: np.ndarray) -> bytes:
-    """A msgpack list of JPEG images (Pillow, fixed quality, no metadata: deterministic bytes)."""
-    import msgpack
-    from PIL import Image
-
-    blobs = []
-    for frame in frames:
-        buf = io.BytesIO()
-        Image.fromarray(frame).save(buf, format="JPEG", quality=JPEG_QUALITY)
-        blobs.append(buf.getvalue())
-    return msgpack.packb(blobs, use_bin_type=True)
+            return MEMBER_EXT[encoding], encode_npy(frames)
+        if encoding == "mp4":
+            return MEMBER_EXT[encoding], encode_mp4(frames, rate_hz)
+        if encoding == "av1":
+            return MEMBER_EXT[encoding], encode_av1(frames, rate_hz)
+        return MEMBER_EXT[encoding], encode_jpegs(frames)

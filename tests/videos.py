@@ -29,3 +29,56 @@ def write_video(path: Path, pts_ms: list[int], size: tuple[int, int] = (64, 48),
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+
+
+def write_frames(path: Path, frames: np.ndarray, pts_ms: list[int] | None = None, codec: str = "png",
+                 rate: int = 10) -> None:
+    """An mp4 of the given frames [F, H, W, 3] uint8, frame i at pts_ms[i] ms (default i * 1000 / rate).
+
+    codec "png" stores RGB losslessly, so decoded frames equal `frames` exactly (known pixel content);
+    other codecs go through yuv420p."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pts_ms = pts_ms if pts_ms is not None else [round(i * 1000 / rate) for i in range(len(frames))]
+    height, width = frames.shape[1:3]
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream(codec, rate=rate)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "rgb24" if codec == "png" else "yuv420p"
+        stream.time_base = Fraction(1, 1000)
+        stream.codec_context.time_base = Fraction(1, 1000)
+        for image, ms in zip(frames, pts_ms):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts = ms
+            frame.time_base = Fraction(1, 1000)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def gradient_frames(count: int, width: int = 64, height: int = 48) -> np.ndarray:
+    """[F, H, W, 3] uint8 with known content: red = 3 x column, green = 5 x row, blue = 10 x frame,
+    so any shift of a crop or a swapped frame changes the pixels."""
+    ys, xs = np.mgrid[0:height, 0:width]  # [H, W] each
+    frames = np.empty((count, height, width, 3), dtype=np.uint8)
+    frames[..., 0] = (3 * xs) % 256
+    frames[..., 1] = (5 * ys) % 256
+    frames[..., 2] = (10 * np.arange(count) % 256)[:, None, None]
+    return frames
+
+
+def camera_store(root: Path, videos: dict[str, str], fps: float = 10.0) -> Path:
+    """A store with one table: episode_id and a video struct column `cam` (paths relative to root)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    column = pa.array([{"path": path, "fps": fps} for path in videos.values()],
+                      type=pa.struct([("path", pa.string()), ("fps", pa.float64())]))
+    pq.write_table(pa.table({"episode_id": list(videos), "cam": column}), root / "videos.parquet")
+    return root
+
+
+def decode_all(path: Path) -> np.ndarray:
+    """Every frame of a video as rgb24, [F, H, W, 3] (PyAV's own conversion)."""
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
