@@ -43,6 +43,7 @@ def decode_mp4(data: memoryview | bytes) -> np.ndarray:
     with av.open(io.BytesIO(bytes(data))) as container:
         stream = container.streams.video[0]
         stream.thread_type = "NONE"
+        stream.thread_count = 1  # libdav1d (AV1) starts its own threads unless told
         frames = [reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
                   for frame in container.decode(stream)]
     return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
