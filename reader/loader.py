@@ -36,12 +36,6 @@ class ShardLoader:
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
         self.kwargs = dataloader_kwargs
-        schema = dataset.manifest["schema"].values()
-        if num_workers > 0 and "multiprocessing_context" not in dataloader_kwargs and any(
-                s.get("kind") == "video" and s.get("encoding") == "mp4" for s in schema):
-            # FFmpeg (PyAV) is not fork-safe once used in the parent: a forked worker decoding mp4 can
-            # deadlock (seen in tests). Workers start from a clean interpreter instead.
-            self.kwargs["multiprocessing_context"] = "forkserver"
         self.skipped = 0  # samples skipped with on_error="skip", over this loader's life
 
     def __len__(self) -> int:
