@@ -10,14 +10,16 @@ import numpy as np
 
 
 def write_video(path: Path, pts_ms: list[int], size: tuple[int, int] = (64, 48), rate: int = 10,
-                codec: str = "mpeg4") -> None:
-    """An mp4 whose frame i is shown at pts_ms[i] milliseconds; frame i is a flat grey of value
-    (20 * i) % 256 so tests can tell frames apart after decoding."""
+                codec: str = "mpeg4", container_format: str = "mp4") -> None:
+    """A video (mp4 unless `container_format` says otherwise) whose frame i is shown at pts_ms[i]
+    milliseconds; frame i is a flat grey of value (20 * i) % 256 so tests can tell frames apart after
+    decoding."""
     path.parent.mkdir(parents=True, exist_ok=True)
     width, height = size
-    with av.open(str(path), "w", format="mp4") as container:
+    with av.open(str(path), "w", format=container_format) as container:
         stream = container.add_stream(codec, rate=rate)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"  # MJPEG takes full-range yuv only
         stream.time_base = Fraction(1, 1000)
         stream.codec_context.time_base = Fraction(1, 1000)
         for i, ms in enumerate(pts_ms):
