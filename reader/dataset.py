@@ -28,8 +28,7 @@ from reader.source import ShardReadError, ShardSource, load_manifest
 STATE_VERSION = 1
 READ_AHEAD = 64  # at most this many samples read ahead of decoding ...
 READ_AHEAD_BYTES = 16 << 20  # ... and at most this many bytes (at least one sample)
-READ_THREADS = 8  # cold-disk reads of ~500 KB samples: 4 threads x 16 samples reached 55-65% of a
-# sequential `cat`, 8 threads x 16 MiB 75-86% (scripts/bench_cold_read.py); threads mostly wait in pread
+READ_THREADS = 8  # remote reads in flight (they wait on the network, not the CPU)
 Transform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
 
 
@@ -182,10 +181,11 @@ class ShardDataset(IterableDataset):
         self.start, self._yielded = 0, 0
 
     def _samples(self, source: ShardSource, ids: list[int]) -> Iterator[dict[str, Any] | None]:
-        """Decoded samples of `ids` in order (None = skipped). Large or remote reads run up to
-        READ_AHEAD samples ahead in READ_THREADS threads (the GIL is released while they wait), so disk
-        or network time overlaps decoding; small local samples are plain memory-map slices."""
-        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding by up to
+        READ_AHEAD samples and READ_AHEAD_BYTES: remote ones in READ_THREADS threads (the GIL is
+        released while they wait), local ones as read-ahead hints to the kernel for the mapped shard,
+        so disk or network time overlaps decoding."""
+        with ThreadPoolExecutor(max_workers=READ_THREADS if source.worth_a_thread() else 1) as pool:
             window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, Future | (path, stop))
             ahead = 0  # bytes in `window`
             upcoming = iter(ids)
@@ -195,8 +195,11 @@ class ShardDataset(IterableDataset):
                     shard, start, stop = self._locate(waiting)
                     if window and ahead + stop - start > READ_AHEAD_BYTES:
                         break
-                    pending = (pool.submit(source.read, shard.path, start, stop)
-                               if source.worth_a_thread(start, stop) else (shard.path, stop))
+                    if source.worth_a_thread():
+                        pending: Any = pool.submit(source.read, shard.path, start, stop)
+                    else:
+                        source.prefetch(shard.path, start, stop)
+                        pending = (shard.path, stop)
                     window.append((shard, start, stop - start, pending))
                     ahead += stop - start
                     waiting = next(upcoming, None)

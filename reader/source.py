@@ -1,5 +1,12 @@
 """Where shard bytes come from: local files (memory-mapped) or any fsspec URL (ranged reads).
 
+Local samples are zero-copy views of the mapped shard; for large ones the kernel is asked to read
+ahead (`madvise(MADV_WILLNEED)`) when they enter the read-ahead window, so the disk works while
+earlier samples decode. Against `pread` into fresh buffers (one copy, and ~95 page faults per 512 KB
+sample for the new memory) this cut kernel time per pass by two thirds and read large samples 13%
+faster from the page cache (scripts/bench_read.py: 5.35 vs 4.74 GB/s); from a cold disk both reached
+~1.8 GB/s (scripts/bench_cold_read.py).
+
 Reads are by byte range from the manifest's offsets, so resuming never replays consumed data. `pipe:`
 URLs (which run a shell command, as webdataset allows) are refused: random access needs ranged reads,
 which fsspec URLs give without running anything.
@@ -8,7 +15,6 @@ which fsspec URLs give without running anything.
 from __future__ import annotations
 
 import hashlib
-import io
 import mmap
 import os
 import posixpath
@@ -19,7 +25,7 @@ from typing import Any
 from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 
 MAX_OPEN = 64
-PREFETCH_MIN = 64 * 1024  # from this size on, local samples are read with pread in read-ahead threads
+PREFETCH_MIN = 64 * 1024  # local samples from this size on get a read-ahead hint (smaller: fault-around does it)
 
 
 class ShardReadError(IOError):
@@ -65,7 +71,6 @@ class ShardSource:
         self.storage_options = storage_options or {}
         self.verify = verify or {}  # shard path -> sha256 to check before the first read
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
-        self._files: OrderedDict[str, io.FileIO] = OrderedDict()  # for large reads
         self._lock = threading.Lock()  # reads may come from read-ahead threads
         self._verify_lock = threading.Lock()
         self._verified: set[str] = set()
@@ -83,9 +88,6 @@ class ShardSource:
         if self.remote:
             data = self._filesystem().cat_file(self.location(path), start=start, end=stop)
             view = memoryview(data)
-        elif stop - start >= PREFETCH_MIN:  # large: one read syscall beats a page fault per 4 KiB
-            shard = self._file(path)  # held here: an eviction by another thread cannot close it under us
-            view = memoryview(os.pread(shard.fileno(), stop - start, start))
         else:
             view = memoryview(self._map(path))[start:stop]
         if len(view) != stop - start:
@@ -93,24 +95,18 @@ class ShardSource:
                                  f"(wanted bytes {start}-{stop})")
         return view
 
-    def _file(self, path: str) -> io.FileIO:
-        with self._lock:
-            shard = self._files.get(path)
-            if shard is not None:
-                self._files.move_to_end(path)
-            else:
-                try:
-                    shard = io.FileIO(self.location(path), "r")
-                except OSError as exc:
-                    raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
-                self._files[path] = shard
-                if len(self._files) > MAX_OPEN:
-                    self._files.popitem(last=False)  # closed when no read holds it any more
-            return shard
+    def worth_a_thread(self) -> bool:
+        """Remote reads wait on the network: they run in read-ahead threads. Local ones are mapped."""
+        return self.remote
 
-    def worth_a_thread(self, start: int, stop: int) -> bool:
-        """Reads that wait long enough (remote, or large) to be overlapped with decoding in a thread."""
-        return self.remote or stop - start >= PREFETCH_MIN
+    def prefetch(self, path: str, start: int, stop: int) -> None:
+        """Start reading bytes [start, stop) of a local shard into the page cache, asynchronously."""
+        if self.remote or stop - start < PREFETCH_MIN or not hasattr(mmap, "MADV_WILLNEED"):
+            return
+        low = start - start % mmap.PAGESIZE  # madvise wants a page-aligned start
+        mm = self._map(path)
+        if low < len(mm):  # past the end: the read itself reports the truncated shard
+            mm.madvise(mmap.MADV_WILLNEED, low, min(stop, len(mm)) - low)
 
     def _map(self, path: str) -> mmap.mmap:
         with self._lock:

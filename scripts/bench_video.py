@@ -1,18 +1,21 @@
-"""Camera-window read throughput: robowds shards (raw / jpg / mp4) against the decode limit and against
+"""Camera-window read throughput: robowds shards (raw / jpg / mp4 / av1) against the decode limit and against
 on-the-fly LeRobot-style loading from the source videos, on the same windows.
 
-    .venv/bin/python scripts/bench_video.py            # ~2-3 minutes on 2 cores
+    .venv/bin/python scripts/bench_video.py                  # LeRobot-style AV1 sources, ~5 minutes on 2 cores
+    .venv/bin/python scripts/bench_video.py --source h264    # small h264 sources, ~3 minutes
 
 Windows: 2 s at 10 Hz (20 frames) of two cameras (`cam_a`, `cam_b`), resized to 224x224, an anchor
 every 5 grid frames (0.5 s at the default fps=10). One window = 40 frames.
 
 Setup (one run):
-  - `export.synth.write_synthetic_store` (`--episodes`, default 8), plus per episode two source videos
-    covering the episode (joints clock, first to last sample) at 30 fps, 320x240, libx264 (preset
-    veryfast, crf 23, a keyframe every 30 frames, no scene-cut keyframes) with moving content (a
+  - `export.synth.write_synthetic_store` (`--episodes`, default 16), plus per episode two source videos
+    covering the episode (joints clock, first to last sample) at 30 fps with moving content (a
     scrolling colour gradient and a moving square, different per camera), and `videos.parquet` with
-    struct columns {path, fps}.
-  - Exported with `export.cli.main(["export", ..., "--stride", "5"])` for encoding raw, jpg and mp4, and
+    struct columns {path, fps}. `--source lerobot` (default): AV1 640x480, SVT-AV1 crf 30, a keyframe
+    every 2 frames: what LeRobot writes and what ../shared/data/real holds (seeks are cheap, each
+    decoded frame is costly). `--source h264`: libx264 320x240 (veryfast, crf 23, a keyframe every 30
+    frames, no scene-cut keyframes): cheap frames, seeks land up to 29 frames early.
+  - Exported with `export.cli.main(["export", ..., "--stride", "5"])` for encoding raw, jpg, mp4 (mpeg4) and av1 (SVT-AV1), and
     once more per encoding with stride 20 (= the window: no overlap) for the storage comparison. The
     export keeps `joints` (the episode clock: without it a camera-only export gets an empty extent,
     see below) and the two cameras (`include=[joints, cam_a, cam_b]`), so the samples hold what the
@@ -61,6 +64,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -72,9 +76,31 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 CAMERAS = ("cam_a", "cam_b")
-ENCODINGS = ("raw", "jpg", "mp4")
+ENCODINGS = ("raw", "jpg", "mp4", "av1")  # av1: SVT-AV1 clips, stored as .mp4 members
 SRC_FPS = 30
-SRC_SIZE = (320, 240)  # width, height
+
+
+@dataclass(frozen=True)
+class Source:
+    """How the per-episode source videos are encoded (what on-the-fly loading has to decode)."""
+
+    name: str
+    codec: str
+    size: tuple[int, int]  # width, height
+    options: dict[str, str]
+    about: str
+
+
+SOURCES = {
+    # what LeRobot v2/v3 writes (and what ../shared/data/real holds: AV1 640x480 30 fps, a keyframe every
+    # 2 frames): cheap seeks, costly decodes
+    "lerobot": Source("lerobot", "libsvtav1", (640, 480), {"preset": "12", "crf": "30", "g": "2"},
+                      "AV1 (SVT-AV1 crf 30) 640x480 @ 30 fps, keyframe every 2 frames, as LeRobot writes"),
+    # a small h264 camera with long GOPs: cheap decodes, seeks land up to 29 frames early
+    "h264": Source("h264", "libx264", (320, 240), {"g": "30", "keyint_min": "30", "sc_threshold": "0",
+                                                   "preset": "veryfast", "crf": "23"},
+                   "h264 (libx264 veryfast crf 23) 320x240 @ 30 fps, keyframe every 30 frames"),
+}
 OUT_SIZE = 224
 WINDOW_S, RATE_HZ, GRID_FPS = 2.0, 10.0, 10.0
 STEPS = int(WINDOW_S * RATE_HZ)  # 20 frames per camera per window
@@ -87,7 +113,7 @@ PAGE = 4096
 def _frame(i: int, cam: int, grid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Frame i of camera `cam`: a scrolling colour gradient and a moving white square, [H, W, 3] uint8."""
     yy, xx = grid
-    width, height = SRC_SIZE
+    height, width = yy.shape
     img = np.empty((height, width, 3), np.uint8)
     img[..., 0] = (xx + (3 + cam) * i) % 256
     img[..., 1] = (yy + (2 + 2 * cam) * i) % 256
@@ -98,16 +124,16 @@ def _frame(i: int, cam: int, grid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     return img
 
 
-def write_source_video(path: Path, frames: int, cam: int) -> None:
-    """An h264 mp4 of `frames` frames at 30 fps, 320x240, a keyframe every 30 frames."""
+def write_source_video(path: Path, frames: int, cam: int, source: Source) -> None:
+    """An mp4 of `frames` frames at 30 fps, encoded as `source` says (SVT-AV1's banner silenced)."""
+    os.environ.setdefault("SVT_LOG", "1")
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    width, height = SRC_SIZE
+    width, height = source.size
     grid = np.mgrid[0:height, 0:width]
     with av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=SRC_FPS, options={
-            "g": "30", "keyint_min": "30", "sc_threshold": "0", "preset": "veryfast", "crf": "23"})
+        stream = container.add_stream(source.codec, rate=SRC_FPS, options=source.options)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(frames):
             frame = av.VideoFrame.from_ndarray(_frame(i, cam, (grid[0], grid[1])), format="rgb24")
@@ -117,7 +143,7 @@ def write_source_video(path: Path, frames: int, cam: int) -> None:
             container.mux(packet)
 
 
-def build_store(store: Path, episodes: int) -> tuple[dict[str, float], int]:
+def build_store(store: Path, episodes: int, source: Source) -> tuple[dict[str, float], int]:
     """Synthetic store + two camera videos per episode: ({episode_id: duration_s}, source video bytes)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -137,7 +163,7 @@ def build_store(store: Path, episodes: int) -> tuple[dict[str, float], int]:
         frames = int(np.floor(duration * SRC_FPS + 1e-9)) + 1  # covers [0, duration]
         for c, cam in enumerate(CAMERAS):
             path = store / "media" / cam / f"{eid}.mp4"
-            write_source_video(path, frames, c)
+            write_source_video(path, frames, c, source)
             source_bytes += path.stat().st_size
     columns: dict[str, Any] = {"episode_id": ids}
     for cam in CAMERAS:
@@ -360,7 +386,9 @@ def fmt_row(row: Row) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--episodes", type=int, default=8)
+    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--source", choices=sorted(SOURCES), default="lerobot",
+                    help="how the source videos are encoded (what on-the-fly loading decodes)")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per measurement run")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dir", type=Path, help="work folder (kept); default: a temporary folder")
@@ -381,9 +409,10 @@ def main() -> int:
     try:
         store = work / "store"
         t0 = time.perf_counter()
-        durations, source_bytes = build_store(store, args.episodes)
+        source = SOURCES[args.source]
+        durations, source_bytes = build_store(store, args.episodes, source)
         print(f"store: {args.episodes} episodes, {sum(durations.values()):.1f} s; sources: "
-              f"{2 * args.episodes} h264 mp4 {SRC_SIZE[0]}x{SRC_SIZE[1]} @ {SRC_FPS} fps, keyframe every 30, "
+              f"{2 * args.episodes} x {source.about}, "
               f"{source_bytes / 1e6:.2f} MB (written in {time.perf_counter() - t0:.1f} s)")
         outs: dict[tuple[str, int], Path] = {}
         export_s = []

@@ -179,7 +179,7 @@ def test_rank_without_world_size_is_refused(exported: Path) -> None:
         ShardDataset(exported, "train", rank=1)
 
 
-def test_large_samples_take_the_threaded_pread_path(tmp_path: Path) -> None:
+def test_large_samples_with_read_ahead_hints_and_a_truncated_shard(tmp_path: Path) -> None:
     from reader.format import decode_npy
     from reader.source import PREFETCH_MIN
 
@@ -189,7 +189,7 @@ def test_large_samples_take_the_threaded_pread_path(tmp_path: Path) -> None:
     shard = manifest["splits"]["train"]["shards"][0]
     data = (out / shard["path"]).read_bytes()
     direct = {k: decode_npy(m["imu.npy"]) for k, _, m in group_samples(iter_members(data))}
-    assert min(np.diff(shard["offsets"])) >= PREFETCH_MIN  # every sample is a large read
+    assert min(np.diff(shard["offsets"])) >= PREFETCH_MIN  # every sample gets a read-ahead hint
     read = {s["__key__"]: s["imu"] for s in ShardDataset(out, "train", shuffle=False)}
     assert read.keys() == direct.keys()
     for key, imu in read.items():

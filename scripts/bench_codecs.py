@@ -1,0 +1,79 @@
+"""Per-window clip codecs on real robot video: bytes per frame, PSNR, encode and decode time.
+
+    .venv/bin/python scripts/bench_codecs.py        # ~1 minute on 2 cores
+
+Takes the real LeRobot G1 `cam_high` video in ../shared/data/real (AV1 640x480 @ 30 fps), decodes it
+once, and cuts 20-frame windows at 10 Hz (every 3rd source frame), at 640x480 and resized to 224x224
+(swscale bilinear, as the export resizes). Each window is encoded with the export's own encoders
+(`export.clips.encode_mp4` = mpeg4, `encode_av1` = SVT-AV1, `encode_jpegs` = one JPEG per frame) and
+decoded with the reader's own decoder (`reader.decode.decode_member`), one thread each. Printed per
+size and codec: bytes per frame, PSNR of decoded vs source frames, and the median encode and decode
+time per window (median of `--windows` windows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from export.clips import encode_av1, encode_jpegs, encode_mp4, psnr  # noqa: E402
+from reader.decode import decode_member  # noqa: E402
+
+VIDEO = (ROOT.parent / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real" / "videos" / "chunk-000"
+         / "observation.images.cam_high" / "episode_000001.mp4")
+STEPS, EVERY = 20, 3  # 20 frames at 10 Hz from a 30 fps source
+CODECS = {"mpeg4": (encode_mp4, "mp4"), "av1": (encode_av1, "mp4"), "jpg": (lambda f, r: encode_jpegs(f), "jpgs.msgpack")}
+
+
+def source_frames(size: tuple[int, int] | None) -> np.ndarray:
+    """Every frame of the real video as rgb24 [F, H, W, 3], optionally resized to (width, height)."""
+    import av
+    from av.video.reformatter import VideoReformatter
+
+    reformatter = VideoReformatter()
+    width, height = size or (None, None)
+    with av.open(str(VIDEO)) as container:
+        stream = container.streams.video[0]
+        return np.stack([reformatter.reformat(f, format="rgb24", width=width, height=height, threads=1).to_ndarray()
+                         for f in container.decode(stream)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=8)
+    args = parser.parse_args()
+    if not VIDEO.exists():
+        raise SystemExit(f"the real video is not here: {VIDEO}")
+    print(f"{VIDEO.name}: 20-frame windows at 10 Hz, median of {args.windows} windows, one thread")
+    print(f"{'size':<9} {'codec':<6} {'bytes/frame':>11} {'PSNR dB':>8} {'encode ms':>10} {'decode ms':>10}")
+    for size in ((224, 224), None):
+        frames = source_frames(size)  # [F, H, W, 3]
+        span = STEPS * EVERY
+        starts = np.linspace(0, len(frames) - span, args.windows).astype(int)
+        for name, (encode, ext) in CODECS.items():
+            sizes, quality, enc_ms, dec_ms = [], [], [], []
+            for start in starts.tolist():
+                window = np.ascontiguousarray(frames[start:start + span:EVERY])  # [20, H, W, 3]
+                began = time.perf_counter()
+                blob = encode(window, 10.0)
+                enc_ms.append((time.perf_counter() - began) * 1e3)
+                began = time.perf_counter()
+                decoded = decode_member(ext, blob)
+                dec_ms.append((time.perf_counter() - began) * 1e3)
+                sizes.append(len(blob) / STEPS)
+                quality.append(psnr(decoded, window))
+            label = f"{frames.shape[2]}x{frames.shape[1]}"
+            print(f"{label:<9} {name:<6} {statistics.mean(sizes):>11,.0f} {statistics.mean(quality):>8.1f} "
+                  f"{statistics.median(enc_ms):>10.1f} {statistics.median(dec_ms):>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
