@@ -153,9 +153,10 @@ def test_sigkill_and_resume_is_byte_identical(tmp_path: Path) -> None:
     full = time.perf_counter() - began
     reference = tree_bytes(ref)
     rng = random.Random(11)
-    interrupted = 0
-    for attempt in range(4):
+    interrupted = attempt = 0
+    while attempt < 4 or (interrupted < 4 and attempt < 10):  # more attempts if a loaded machine made kills late
         out = tmp_path / f"killed{attempt}"
+        attempt += 1
         for late in (0.8, 0.4):  # kill twice at random moments (the resumed run has less left), then finish
             proc = subprocess.Popen(_export_cmd(store, out), env=env, start_new_session=True)
             time.sleep(rng.uniform(0.15, late) * full)
@@ -168,7 +169,8 @@ def test_sigkill_and_resume_is_byte_identical(tmp_path: Path) -> None:
                 assert reference[name] == digest, f"{name} visible but not complete after SIGKILL"
         subprocess.run(_export_cmd(store, out), check=True, env=env)
         assert tree_bytes(out) == reference
-    assert interrupted >= 4, f"only {interrupted} of 8 kills landed before the export finished (full run {full:.1f} s)"
+    assert interrupted >= 4, (f"only {interrupted} of {2 * attempt} kills landed before the export finished "
+                              f"(full run {full:.1f} s)")
 
 
 def test_verify_names_shard_and_key_on_corruption(store: Path, exported: Path, tmp_path: Path,
