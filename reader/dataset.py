@@ -78,8 +78,7 @@ class ShardDataset(IterableDataset):
         self.split = split
         self.shards = shards_of(self.manifest, split)
         self.counts = tuple(s.samples for s in self.shards)
-        self._first = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)  # [S+1]
-        self._first_list: list[int] = self._first.tolist()
+        self._first: list[int] = [0, *itertools.accumulate(self.counts)]  # [S+1] first sample id of each shard
         self.rank, self.world_size = resolve_topology(rank, world_size)
         self.seed, self.shuffle, self.block, self.policy = int(seed), bool(shuffle), int(block), policy
         self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
@@ -120,7 +119,7 @@ class ShardDataset(IterableDataset):
     # -- the cursor ------------------------------------------------------------------------------
     def cursor(self, consumed: int | None = None) -> dict[str, Any]:
         """JSON-serialisable cursor; `consumed` = positions read in this epoch by this rank."""
-        return {"version": STATE_VERSION, "split": self.split, "samples": int(self._first[-1]), "seed": self.seed,
+        return {"version": STATE_VERSION, "split": self.split, "samples": self._first[-1], "seed": self.seed,
                 "shuffle": self.shuffle, "block": self.block, "policy": self.policy, "batch_size": self.batch_size,
                 "epoch": self.epoch, "consumed": int(self.start if consumed is None else consumed),
                 "world_size": self.world_size, "history": [[t.world_size, t.consumed] for t in self.history]}
@@ -185,7 +184,7 @@ class ShardDataset(IterableDataset):
         READ_AHEAD samples and READ_AHEAD_BYTES: remote ones in READ_THREADS threads (the GIL is
         released while they wait), local ones as read-ahead hints to the kernel for the mapped shard,
         so disk or network time overlaps decoding."""
-        with ThreadPoolExecutor(max_workers=READ_THREADS if source.worth_a_thread() else 1) as pool:
+        with ThreadPoolExecutor(max_workers=READ_THREADS if source.remote else 1) as pool:
             window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, Future | (path, stop))
             ahead = 0  # bytes in `window`
             upcoming = iter(ids)
@@ -195,7 +194,7 @@ class ShardDataset(IterableDataset):
                     shard, start, stop = self._locate(waiting)
                     if window and ahead + stop - start > READ_AHEAD_BYTES:
                         break
-                    if source.worth_a_thread():
+                    if source.remote:
                         pending: Any = pool.submit(source.read, shard.path, start, stop)
                     else:
                         source.prefetch(shard.path, start, stop)
@@ -226,7 +225,7 @@ class ShardDataset(IterableDataset):
         return sample
 
     def _locate(self, sample_id: int) -> tuple[Any, int, int]:
-        k = bisect.bisect_right(self._first_list, sample_id) - 1  # not np.searchsorted: it releases the GIL,
+        k = bisect.bisect_right(self._first, sample_id) - 1  # not np.searchsorted: it releases the GIL,
         # and taking it back from the read-ahead threads cost ~15 us per sample (cProfile, large samples)
         shard = self.shards[k]
-        return (shard, *shard.sample_span(sample_id - int(self._first[k])))
+        return (shard, *shard.sample_span(sample_id - self._first[k]))

@@ -95,10 +95,6 @@ class ShardSource:
                                  f"(wanted bytes {start}-{stop})")
         return view
 
-    def worth_a_thread(self) -> bool:
-        """Remote reads wait on the network: they run in read-ahead threads. Local ones are mapped."""
-        return self.remote
-
     def prefetch(self, path: str, start: int, stop: int) -> None:
         """Start reading bytes [start, stop) of a local shard into the page cache, asynchronously."""
         if self.remote or stop - start < PREFETCH_MIN or not hasattr(mmap, "MADV_WILLNEED"):
