@@ -70,13 +70,19 @@ def render_png(manifest: dict[str, Any], sample: dict[str, Any], png: Path) -> N
     schema = manifest["schema"]
     cameras = [n for n, s in schema.items() if s["kind"] == "video" and n in sample]
     series = [n for n, s in schema.items() if s["kind"] == "timeseries" and n in sample]
+    images = [n for n, s in schema.items() if s["kind"] == "image" and n in sample]  # one per episode
     frames_max = max([len(sample[c]) for c in cameras], default=0)
-    rows = len(cameras) + len(series)
-    if not rows:
+    rows = len(cameras) + len(series) + bool(images)
+    if not rows - bool(images):
         raise UserError("this window has no camera or time-series field to draw")
-    fig = plt.figure(figsize=(max(8, 1.6 * frames_max), 1.8 * len(cameras) + 2.0 * len(series) + 0.8))
-    grid = fig.add_gridspec(rows, max(1, frames_max))
-    for r, name in enumerate(cameras):
+    fig = plt.figure(figsize=(max(8, 1.6 * frames_max), 1.8 * (len(cameras) + bool(images)) + 2.0 * len(series) + 0.8))
+    grid = fig.add_gridspec(rows, max(1, frames_max, len(images)))
+    for c, name in enumerate(images):  # the episode's images first, as they were stored for training
+        ax = fig.add_subplot(grid[0, c])
+        ax.imshow(sample[name].squeeze(), cmap="gray" if sample[name].shape[-1] == 1 else None)
+        ax.set_xticks([]), ax.set_yticks([])
+        ax.set_title(f"{name} (episode image)", fontsize=7)
+    for r, name in enumerate(cameras, start=bool(images)):
         mask = sample[f"{name}_mask"]
         for t, frame in enumerate(sample[name]):
             ax = fig.add_subplot(grid[r, t])
@@ -86,7 +92,7 @@ def render_png(manifest: dict[str, Any], sample: dict[str, Any], png: Path) -> N
             if not mask[t]:
                 ax.plot([0, frame.shape[1] - 1], [0, frame.shape[0] - 1], color="red", lw=2)
                 ax.plot([0, frame.shape[1] - 1], [frame.shape[0] - 1, 0], color="red", lw=2)
-    for r, name in enumerate(series, start=len(cameras)):
+    for r, name in enumerate(series, start=len(cameras) + bool(images)):
         spec = schema[name]
         values, mask = sample[name], sample[f"{name}_mask"]
         times = spec["offset_s"] + np.arange(len(values)) / spec["rate_hz"]  # relative to the anchor
