@@ -7,6 +7,8 @@ import tarfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reader.format import (BLOCK, END_OF_ARCHIVE, ShardFormatError, decode_npy, encode_npy, encode_sample,
                            group_samples, iter_members, read_sample)
@@ -272,3 +274,40 @@ def test_structured_dtypes_of_equal_size_keep_their_fields() -> None:
     second = np.ones(3, dtype=[("gamma_f", "<f4")])
     assert decode_npy(encode_npy(first)).dtype == first.dtype
     assert decode_npy(encode_npy(second)).dtype == second.dtype
+
+
+def _checked_or_error(blob: bytes) -> tuple[str, dict[str, bytes]] | str:
+    """What the fully checked walk makes of a one-sample blob: (key, members) or 'error'."""
+    try:
+        samples = list(group_samples(iter_members(blob)))
+    except ShardFormatError:
+        return "error"
+    if len(samples) != 1:
+        return "error"
+    key, _, fields = samples[0]
+    return key, {k: bytes(v) for k, v in fields.items()}
+
+
+def _fast_or_error(blob: bytes) -> tuple[str, dict[str, bytes]] | str:
+    try:
+        key, members = read_sample(blob)
+    except ShardFormatError:
+        return "error"
+    return key, {k: bytes(v) for k, v in members.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 1500), min_size=1, max_size=6), seed=st.integers(0, 2**32 - 1),
+       flip=st.none() | st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)))
+def test_read_sample_agrees_with_the_checked_walk(sizes: list[int], seed: int, flip: tuple[float, int] | None) -> None:
+    """Any sample, intact or with any one byte changed: the fast path returns exactly what the checked
+    walk returns, or both refuse it."""
+    rng = np.random.default_rng(seed)
+    members = {f"f{i}.bin": rng.integers(0, 256, n, dtype=np.uint8).tobytes() for i, n in enumerate(sizes)}
+    blob = bytearray(encode_sample("ep_000001_000007", members))
+    if flip is not None:
+        blob[int(flip[0] * len(blob))] ^= flip[1]
+    checked, fast = _checked_or_error(bytes(blob)), _fast_or_error(bytes(blob))
+    assert fast == checked
+    if flip is None:
+        assert fast == ("ep_000001_000007", members)
