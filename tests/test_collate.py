@@ -285,3 +285,28 @@ def test_unpadding_recovers_each_array(mode: dict, lengths: list[int], dim: int,
         assert not x_mask[i][~pad_mask[i]].any()  # per-step masks pad with False
         fill = False if dtype == "bool" else spec["pad_value"]
         assert (x[i][~pad_mask[i]].numpy() == fill).all()
+
+
+class _CollateInWorker(torch.utils.data.IterableDataset):
+    """Collates in a DataLoader worker and reports, from inside it, whether the batch memory is shared."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        batch = Collate(fields={"tokens": {"pad": "multiple_of", "multiple_of": 4}}, channels_first=True)(
+            [{**_window("a", 0.0), **_tokens("a", [1, 2, 3]), "img": np.full((2, 3, 3), 7, np.uint8)},
+             {**_window("b", 1.0), **_tokens("b", [4]), "img": np.full((2, 3, 3), 9, np.uint8)}])
+        yield {"shared": {k: v.is_shared() for k, v in batch.items() if isinstance(v, torch.Tensor)},
+               "batch": batch}
+
+
+def test_batches_built_in_a_worker_are_already_in_shared_memory() -> None:
+    """Collated in a worker, every tensor is allocated in shared memory (no copy on the way to the
+    main process); the values are the same as collated in the main process."""
+    item = next(iter(torch.utils.data.DataLoader(_CollateInWorker(), batch_size=None, num_workers=1)))
+    assert item["shared"] and all(item["shared"].values()), item["shared"]
+    local = next(iter(_CollateInWorker()))
+    assert not any(local["shared"].values())  # outside a worker: plain tensors
+    for name, value in local["batch"].items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(item["batch"][name], value), name
+    assert tuple(local["batch"]["img"].shape) == (2, 3, 2, 3)  # channels first
+    assert local["batch"]["tokens"].tolist() == [[1, 2, 3, 0], [4, 0, 0, 0]]
