@@ -13,7 +13,7 @@ import pytest
 from export.cli import main
 from export.synth import write_synthetic_store
 from export.video import probe_video, select_frames
-from videos import write_video
+from videos import to_rgb, write_video
 
 REAL_VIDEO = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
               / "videos" / "chunk-000" / "observation.images.cam_high" / "episode_000001.mp4")
@@ -115,7 +115,7 @@ def test_validate_reports_missing_and_corrupt_videos(tmp_path: Path, capsys: pyt
 def _decoded_source(path: Path) -> np.ndarray:
     import av
     with av.open(str(path)) as container:
-        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])  # [F, H, W, 3]
+        return to_rgb(container.decode(video=0))  # [F, H, W, 3]
 
 
 def _samples(out: Path) -> dict[str, dict]:

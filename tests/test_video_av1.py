@@ -16,7 +16,7 @@ from export.clips import encode_av1, encode_mp4, psnr
 from reader.format import group_samples, iter_members
 from reader.manifest import parse_manifest, shards_of
 from test_video import REAL_VIDEO
-from videos import camera_store, decode_all, write_video
+from videos import camera_store, decode_all, to_rgb, write_video
 
 
 def _store(tmp_path: Path, size: tuple[int, int] = (64, 48)) -> Path:
@@ -96,11 +96,10 @@ def test_av1_on_real_decoded_frames_is_deterministic_and_smaller_than_mpeg4() ->
     if not REAL_VIDEO.exists():
         pytest.skip("shared real data not present")
     with av.open(str(REAL_VIDEO)) as container:  # 20 frames at 10 Hz, scaled to 224x224
-        frames = np.stack([f.to_ndarray(format="rgb24", width=224, height=224)
-                           for k, f in zip(range(60), container.decode(video=0)) if k % 3 == 0])
+        frames = to_rgb((f for k, f in zip(range(60), container.decode(video=0)) if k % 3 == 0), 224, 224)
     clip = encode_av1(frames, 10.0)
     assert encode_av1(frames, 10.0) == clip  # the same frames, the same bytes
     with av.open(io.BytesIO(clip)) as container:
-        decoded = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        decoded = to_rgb(container.decode(video=0))
     assert decoded.shape == (20, 224, 224, 3) and psnr(decoded, frames) > 33
     assert len(clip) < len(encode_mp4(frames, 10.0)) / 2

@@ -86,7 +86,8 @@ def test_center_crop_then_resize_equals_crop_then_pyav_scale(tmp_path: Path) -> 
     scaler = VideoReformatter()
     for j in range(3):  # 64x48 at 2:1 -> the centred 64x32 band (rows 8..39), then scaled to 20x10
         band = np.ascontiguousarray(decode_all(store / "media" / "cam.mp4")[2 + j, 8:40])  # [32, 64, 3]
-        expected = scaler.reformat(VideoFrame.from_ndarray(band, format="rgb24"), width=20, height=10).to_ndarray()
+        expected = scaler.reformat(VideoFrame.from_ndarray(band, format="rgb24"), width=20, height=10,
+                                   threads=1).to_ndarray()
         np.testing.assert_array_equal(frames[j], expected)
     # nothing stretched: the columns keep the source's horizontal gradient (red = 3 x column, 64 -> 20)
     red = frames[0, 5, :, 0].astype(float)

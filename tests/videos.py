@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Iterable
 
 import av
 import numpy as np
@@ -80,7 +81,18 @@ def camera_store(root: Path, videos: dict[str, str], fps: float = 10.0) -> Path:
     return root
 
 
+def to_rgb(frames: Iterable[av.VideoFrame], width: int | None = None, height: int | None = None) -> np.ndarray:
+    """Frames as rgb24 [F, H, W, 3] through one single-threaded swscale context: the same pixels as
+    PyAV's `to_ndarray(format="rgb24")`, without leaving swscale threads in the test process (which
+    forked DataLoader workers must not inherit, see test_fork_safety.py)."""
+    from av.video.reformatter import VideoReformatter
+
+    reformatter = VideoReformatter()
+    return np.stack([reformatter.reformat(f, format="rgb24", width=width, height=height, threads=1).to_ndarray()
+                     for f in frames])
+
+
 def decode_all(path: Path) -> np.ndarray:
-    """Every frame of a video as rgb24, [F, H, W, 3] (PyAV's own conversion)."""
+    """Every frame of a video as rgb24, [F, H, W, 3]."""
     with av.open(str(path)) as container:
-        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        return to_rgb(container.decode(video=0))
