@@ -254,15 +254,15 @@ def _job_id(fingerprint_hex: str, resolved: dict[str, Any]) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()
 
 
-def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | None:
-    """Returns the work dir to use, or None when a finished export of this very job is there."""
+def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | dict[str, Any]:
+    """Returns the work dir to use, or the manifest of a finished export of this very job."""
     manifest = out / MANIFEST_NAME
     work = out / WORK_DIR
     if manifest.exists() and not overwrite:
         doc = parse_manifest(manifest.read_bytes(), str(manifest))
         if doc.get("job_id") == job_id:
             shutil.rmtree(work, ignore_errors=True)
-            return None
+            return doc
         raise UserError(f"{out} holds a finished export of a different store or config",
                         hint="pass --overwrite to replace it, or choose another output folder")
     if overwrite and out.exists():
@@ -300,8 +300,8 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
     source = fingerprint(store)
     job_id = _job_id(source, resolved)
     work = _prepare_out(out, job_id, overwrite)
-    if work is None:
-        doc = parse_manifest((out / MANIFEST_NAME).read_bytes())
+    if isinstance(work, dict):  # up to date: the finished manifest
+        doc = work
         shards = sum(len(s["shards"]) for s in doc["splits"].values())
         windows = sum(s["samples"] for s in doc["splits"].values())
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
