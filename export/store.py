@@ -299,7 +299,11 @@ def fingerprint(root: Path) -> str:
         rel = path.relative_to(root).as_posix()
         digest.update(rel.encode() + b"\0")
         if path.suffix == ".parquet" or path.name == STORE_YAML:
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+            table = hashlib.sha256()
+            with open(path, "rb") as fh:  # streamed: tables can be larger than memory
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    table.update(chunk)
+            digest.update(table.digest())
         else:
             digest.update(str(path.stat().st_size).encode())
     return digest.hexdigest()
