@@ -15,38 +15,27 @@ def write_video(path: Path, pts_ms: list[int], size: tuple[int, int] = (64, 48),
     """A video (mp4 unless `container_format` says otherwise) whose frame i is shown at pts_ms[i]
     milliseconds; frame i is a flat grey of value (20 * i) % 256 so tests can tell frames apart after
     decoding."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     width, height = size
-    with av.open(str(path), "w", format=container_format) as container:
-        stream = container.add_stream(codec, rate=rate)
-        stream.width, stream.height = width, height
-        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"  # MJPEG takes full-range yuv only
-        stream.time_base = Fraction(1, 1000)
-        stream.codec_context.time_base = Fraction(1, 1000)
-        for i, ms in enumerate(pts_ms):
-            image = np.full((height, width, 3), (20 * i) % 256, dtype=np.uint8)
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-            frame.pts = ms
-            frame.time_base = Fraction(1, 1000)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    greys = np.stack([np.full((height, width, 3), (20 * i) % 256, dtype=np.uint8) for i in range(len(pts_ms))])
+    write_frames(path, greys, pts_ms, codec=codec, rate=rate, container_format=container_format)
+
+
+PIX_FMT = {"png": "rgb24", "mjpeg": "yuvj420p"}  # png: lossless RGB; MJPEG takes full-range yuv only
 
 
 def write_frames(path: Path, frames: np.ndarray, pts_ms: list[int] | None = None, codec: str = "png",
-                 rate: int = 10) -> None:
-    """An mp4 of the given frames [F, H, W, 3] uint8, frame i at pts_ms[i] ms (default i * 1000 / rate).
+                 rate: int = 10, container_format: str = "mp4") -> None:
+    """A video of the given frames [F, H, W, 3] uint8, frame i at pts_ms[i] ms (default i * 1000 / rate).
 
     codec "png" stores RGB losslessly, so decoded frames equal `frames` exactly (known pixel content);
-    other codecs go through yuv420p."""
+    other codecs go through yuv420p (yuvj420p for mjpeg)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     pts_ms = pts_ms if pts_ms is not None else [round(i * 1000 / rate) for i in range(len(frames))]
     height, width = frames.shape[1:3]
-    with av.open(str(path), "w", format="mp4") as container:
+    with av.open(str(path), "w", format=container_format) as container:
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height = width, height
-        stream.pix_fmt = "rgb24" if codec == "png" else "yuv420p"
+        stream.pix_fmt = PIX_FMT.get(codec, "yuv420p")
         stream.time_base = Fraction(1, 1000)
         stream.codec_context.time_base = Fraction(1, 1000)
         for image, ms in zip(frames, pts_ms):
