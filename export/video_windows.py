@@ -75,9 +75,13 @@ class VideoWindows:
         width, height = output_size(self.info.width, self.info.height, self.options.crop, self.options.resize)
         return height, width, 3
 
+    def _file_times(self, query: np.ndarray) -> np.ndarray:
+        """Episode times (any shape) -> times in the video file's clock, flattened: [Q]."""
+        return query.ravel() - self.offset_s + self.start_s
+
     def _select(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
         """Frame index and validity (both [Q]) for episode times `query` (any shape, flattened)."""
-        file_t = query.ravel() - self.offset_s + self.start_s  # episode clock -> file clock
+        file_t = self._file_times(query)
         index, valid = select_frames(self.info.pts, file_t, self.options.selection)
         valid &= (query.ravel() >= extent[0] - 1e-9) & (query.ravel() <= extent[1] + 1e-9)
         valid &= file_t >= self.start_s - 1e-9
@@ -91,7 +95,7 @@ class VideoWindows:
         Needed because chunks overlap in frame index: when windows are longer than the anchor spacing
         and their steps fall between the grid's, a later chunk can need a frame that lies before the
         current chunk's last one but that no window of the current chunk uses."""
-        index, _ = select_frames(self.info.pts, query.ravel() - self.offset_s + self.start_s, self.options.selection)
+        index, _ = select_frames(self.info.pts, self._file_times(query), self.options.selection)
         self._wanted[index] = True
 
     def frames(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
