@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from reader.decode import decode_sample
-from reader.format import ShardFormatError, read_sample
+from reader.format import ShardFormatError
+from reader.layout import SampleDecoder
 from reader.manifest import shards_of
 from reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
 from reader.source import ShardReadError, ShardSource, load_manifest
@@ -184,6 +184,7 @@ class ShardDataset(IterableDataset):
         READ_AHEAD samples and READ_AHEAD_BYTES: remote ones in READ_THREADS threads (the GIL is
         released while they wait), local ones as read-ahead hints to the kernel for the mapped shard,
         so disk or network time overlaps decoding."""
+        decoder = SampleDecoder()
         with ThreadPoolExecutor(max_workers=READ_THREADS if source.remote else 1) as pool:
             window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, Future | (path, stop))
             ahead = 0  # bytes in `window`
@@ -195,7 +196,7 @@ class ShardDataset(IterableDataset):
                     if window and ahead + stop - start > READ_AHEAD_BYTES:
                         break
                     if source.remote:
-                        pending: Any = pool.submit(source.read, shard.path, start, stop)
+                        pending: Any = pool.submit(source.span, shard.path, start, stop)
                     else:
                         source.prefetch(shard.path, start, stop)
                         pending = (shard.path, stop)
@@ -206,13 +207,13 @@ class ShardDataset(IterableDataset):
                     return
                 shard, start, size, pending = window.popleft()
                 ahead -= size
-                yield self._decode(source, shard, start, pending)
+                yield self._decode(source, decoder, shard, start, size, pending)
 
-    def _decode(self, source: ShardSource, shard: Any, start: int, pending: Any) -> dict[str, Any] | None:
+    def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,
+                pending: Any) -> dict[str, Any] | None:
         try:
-            data = pending.result() if isinstance(pending, Future) else source.read(pending[0], start, pending[1])
-            key, members = read_sample(data, shard.path, start)
-            sample = decode_sample(key, members)
+            buf, offset = pending.result() if isinstance(pending, Future) else source.span(pending[0], start, pending[1])
+            sample = decoder.decode(buf, offset, offset + size, shard.path, start)
             for name in self.cameras:
                 sample[name] = sample[name].transpose(0, 3, 1, 2)  # [T, H, W, C] -> [T, C, H, W] (a view)
         except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:
@@ -221,7 +222,7 @@ class ShardDataset(IterableDataset):
             message = str(exc) if str(exc).startswith("shard ") else f"shard {shard.path}: byte {start}: {exc}"
             raise ShardReadError(message) from exc
         if self.transform is not None:
-            sample = self.transform(sample, sample_rng(self.seed, self.epoch, key))
+            sample = self.transform(sample, sample_rng(self.seed, self.epoch, sample["__key__"]))
         return sample
 
     def _locate(self, sample_id: int) -> tuple[Any, int, int]:

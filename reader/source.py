@@ -79,21 +79,23 @@ class ShardSource:
     def location(self, path: str) -> str:
         return posixpath.join(self.base, path) if self.remote else os.path.join(self.base, path)
 
-    def read(self, path: str, start: int, stop: int) -> memoryview:
-        """Bytes [start, stop) of shard `path`: a zero-copy view of the mapped file when local."""
+    def span(self, path: str, start: int, stop: int) -> tuple[bytes | mmap.mmap, int]:
+        """Bytes [start, stop) of shard `path` as (buffer, where `start` is in it): the mapped file when
+        local (nothing is copied), the fetched bytes when remote."""
         if path in self.verify and path not in self._verified:
             with self._verify_lock:
                 if path not in self._verified:
                     self._check_sha(path)
         if self.remote:
-            data = self._filesystem().cat_file(self.location(path), start=start, end=stop)
-            view = memoryview(data)
+            data: bytes | mmap.mmap = self._filesystem().cat_file(self.location(path), start=start, end=stop)
+            have, offset = len(data), 0
         else:
-            view = memoryview(self._map(path))[start:stop]
-        if len(view) != stop - start:
-            raise ShardReadError(f"shard {path}: byte {start + len(view)}: shard is truncated "
+            data = self._map(path)
+            have, offset = max(0, min(stop, len(data)) - start), start
+        if have != stop - start:
+            raise ShardReadError(f"shard {path}: byte {start + have}: shard is truncated "
                                  f"(wanted bytes {start}-{stop})")
-        return view
+        return data, offset
 
     def prefetch(self, path: str, start: int, stop: int) -> None:
         """Start reading bytes [start, stop) of a local shard into the page cache, asynchronously."""

@@ -311,3 +311,13 @@ def test_read_sample_agrees_with_the_checked_walk(sizes: list[int], seed: int, f
     assert fast == checked
     if flip is None:
         assert fast == ("ep_000001_000007", members)
+
+
+@pytest.mark.parametrize("where", [10, 60, 66, 69])  # the '{', '(', ')' and '}' of the header dict
+def test_damaged_npy_header_is_a_value_error(where: int) -> None:
+    """numpy's header parser raises tokenize.TokenError for an unbalanced bracket; the reader only turns
+    ValueError into a ShardReadError naming the shard, so the parser's error must arrive as one."""
+    data = bytearray(encode_npy(np.zeros((10, 7), np.float32)))
+    data[where] ^= 1
+    with pytest.raises(ValueError, match="bad .npy header"):
+        decode_npy(bytes(data))
