@@ -72,9 +72,8 @@ class _Variable:
 class SampleLayout:
     """The members of one learned sample; `match` checks another sample of the same length against it."""
 
-    def __init__(self, length: int, key_len: int, slots: tuple[_Fixed | _Variable, ...],
-                 varying: frozenset[str]) -> None:
-        self.length, self.key_len, self.slots, self.varying = length, key_len, slots, varying
+    def __init__(self, key_len: int, slots: tuple[_Fixed | _Variable, ...], varying: frozenset[str]) -> None:
+        self.key_len, self.slots, self.varying = key_len, slots, varying
         fixed = [s for s in slots if isinstance(s, _Fixed)]
         self._fixed_at = tuple(s.header for s in fixed)
         self._arrays = tuple((s.field, s.shape, s.dtype, s.array, s.order) for s in fixed)
@@ -86,8 +85,8 @@ class SampleLayout:
         """The decoded sample at `start` if it has this layout exactly, else None."""
         k = self.key_len
         key = buf[start:start + k]
-        if b"." in key or b"\0" in key or b"/" in key:
-            return None  # the checked walk would cut the name elsewhere
+        if b"." in key or b"\0" in key:
+            return None  # the checked walk would end the key (or the name) elsewhere
         key_sum = sum(key)
         tails = self._tails.get(key_sum) or self._expected_tails(key_sum)
         for at, tail in zip(self._fixed_at, tails):
@@ -175,7 +174,7 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
         end = data + -(-size // BLOCK) * BLOCK
     if key is None or end != stop - start:
         return None
-    return SampleLayout(stop - start, len(key), tuple(slots), varying)
+    return SampleLayout(len(key), tuple(slots), varying)
 
 
 class SampleDecoder:
