@@ -183,7 +183,8 @@ class ShardDataset(IterableDataset):
         """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding by up to
         READ_AHEAD samples and READ_AHEAD_BYTES: remote ones in READ_THREADS threads (the GIL is
         released while they wait), local ones as read-ahead hints to the kernel for the mapped shard,
-        so disk or network time overlaps decoding."""
+        so disk or network time overlaps decoding. Samples that repeat the member layout of an earlier
+        one decode through that layout (`reader/layout.py`); the others through the checked tar walk."""
         decoder = SampleDecoder()
         with ThreadPoolExecutor(max_workers=READ_THREADS if source.remote else 1) as pool:
             window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, Future | (path, stop))
