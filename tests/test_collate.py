@@ -288,13 +288,17 @@ def test_unpadding_recovers_each_array(mode: dict, lengths: list[int], dim: int,
 
 
 class _CollateInWorker(torch.utils.data.IterableDataset):
-    """Collates in a DataLoader worker and reports, from inside it, whether the batch memory is shared."""
+    """Collates in a DataLoader worker and reports, from inside it, whether the batch memory is shared
+    and which storage and address each tensor has."""
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         batch = Collate(fields={"tokens": {"pad": "multiple_of", "multiple_of": 4}}, channels_first=True)(
             [{**_window("a", 0.0), **_tokens("a", [1, 2, 3]), "img": np.full((2, 3, 3), 7, np.uint8)},
              {**_window("b", 1.0), **_tokens("b", [4]), "img": np.full((2, 3, 3), 9, np.uint8)}])
-        yield {"shared": {k: v.is_shared() for k, v in batch.items() if isinstance(v, torch.Tensor)},
+        tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        yield {"shared": {k: v.is_shared() for k, v in tensors.items()},
+               "storages": {k: v.untyped_storage().data_ptr() for k, v in tensors.items()},
+               "addresses": {k: v.data_ptr() for k, v in tensors.items()},
                "batch": batch}
 
 
@@ -310,3 +314,17 @@ def test_batches_built_in_a_worker_are_already_in_shared_memory() -> None:
             assert torch.equal(item["batch"][name], value), name
     assert tuple(local["batch"]["img"].shape) == (2, 3, 2, 3)  # channels first
     assert local["batch"]["tokens"].tolist() == [[1, 2, 3, 0], [4, 0, 0, 0]]
+
+
+def test_a_batch_built_in_a_worker_is_one_storage_with_aligned_fields() -> None:
+    """Inside a worker every tensor of the batch views one shared storage, each starting on a 64-byte
+    boundary and none overlapping another, so the batch crosses to the main process as one file
+    descriptor; outside a worker each tensor has its own storage."""
+    inside = next(iter(torch.utils.data.DataLoader(_CollateInWorker(), batch_size=None, num_workers=1)))
+    assert len(set(inside["storages"].values())) == 1, inside["storages"]
+    spans = sorted((inside["addresses"][k], inside["addresses"][k] + inside["batch"][k].nbytes)
+                   for k in inside["addresses"])
+    assert all(start % 64 == 0 for start, _ in spans)
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+    local = next(iter(_CollateInWorker()))
+    assert len(set(local["storages"].values())) == len(local["storages"]) > 1

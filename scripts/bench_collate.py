@@ -1,0 +1,80 @@
+"""Batches per second through ShardLoader with `reader.collate` against torch's `default_collate`, on
+the same shards, in-process and with DataLoader workers.
+
+    python scripts/bench_collate.py              # ~1 minute on 2 cores
+
+One synthetic store exported with the default config (every stream with its mask, the camera image,
+text and meta: 11 tensors per batch), read with `ShardLoader(batch_size=32)`. Both collate functions
+get the same decoded samples and build the same values. In a worker, `torch.utils.data.default_collate`
+allocates every tensor in a shared-memory storage of its own, and torch passes each storage to the main
+process as a file descriptor over its own socket connection. `reader.collate` allocates one storage per
+batch and makes every tensor a view of it (`reader/collate.py: _allocate`). Rows are interleaved and
+each is the best of `--repeats` runs of at least `--seconds`; ratio = ours / default_collate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from torch.utils.data import default_collate  # noqa: E402
+
+from export.cli import main as robowds  # noqa: E402
+from export.synth import write_synthetic_store  # noqa: E402
+from reader import ShardDataset, ShardLoader  # noqa: E402
+from reader.collate import collate  # noqa: E402
+
+BATCH = 32
+
+
+def rate(out: Path, collate_fn: Callable[[list[dict[str, Any]]], Any], workers: int, seconds: float) -> float:
+    """Samples/s over whole epochs (worker start-up included, as in training) for at least `seconds`."""
+    began, samples = time.perf_counter(), 0
+    while time.perf_counter() - began < seconds:
+        loader = ShardLoader(ShardDataset(out, "train", seed=0), batch_size=BATCH, num_workers=workers,
+                             collate_fn=collate_fn)
+        samples += sum(len(batch["__key__"]) for batch in loader)
+    return samples / (time.perf_counter() - began)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=120)
+    parser.add_argument("--stride", type=int, default=4, help="anchor stride of the export")
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")  # default_collate warns about the read-only (mapped) arrays
+    with tempfile.TemporaryDirectory(prefix="bench_collate_") as tmp:
+        store, out = Path(tmp) / "store", Path(tmp) / "out"
+        write_synthetic_store(store, episodes=args.episodes, seed=0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = robowds(["export", str(store), str(out), "--quiet", "--workers", "2", "--set", f"stride={args.stride}"])
+        if code != 0:
+            raise SystemExit(f"export failed with exit code {code}")
+        dataset = ShardDataset(out, "train")
+        first = next(iter(ShardLoader(ShardDataset(out, "train"), batch_size=BATCH)))
+        tensors = sum(1 for v in first.values() if hasattr(v, "untyped_storage"))
+        print(f"{len(dataset)} samples, {tensors} tensors per batch of {BATCH}")
+        print(f"{'':12s} {'reader.collate':>15s} {'default_collate':>16s} {'ratio':>6s}")
+        for workers in (0, 2):
+            best: dict[str, float] = {"ours": 0.0, "torch": 0.0}
+            for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits both
+                best["ours"] = max(best["ours"], rate(out, collate, workers, args.seconds))
+                best["torch"] = max(best["torch"], rate(out, default_collate, workers, args.seconds))
+            print(f"workers={workers:<4d} {best['ours']:12,.0f}/s {best['torch']:13,.0f}/s "
+                  f"{best['ours'] / best['torch']:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
