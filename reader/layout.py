@@ -10,14 +10,13 @@ checked walk would give; any other one, corrupt or not, goes through the checked
 is still raised there with its shard and byte offset.
 
 Why: the checked walk plus per-member decoding cost ~95 us for a 12-member sample (most of a 512 KB
-sample's read time from the page cache); a matched layout costs ~10 us (scripts/bench_read.py).
+sample's read time from the page cache); a matched layout costs ~14 us (scripts/bench_read.py).
 Members whose size varies from sample to sample (text, json, variable-length arrays) keep a per-sample
 size, read from their header.
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 from dataclasses import dataclass
 from typing import Any, Union
@@ -57,7 +56,6 @@ class _Fixed:
 class _Variable:
     """A member whose size may differ between samples (it keeps its number of 512-byte blocks)."""
 
-    suffix: str
     field: str
     ext: str
     header: int
@@ -134,11 +132,9 @@ def _variable_size(buf: Buffer, start: int, key: bytes, key_sum: int, slot: _Var
 
 
 def _decode_variable(ext: str, buf: Buffer, at: int, size: int) -> Any:
-    if ext == "txt":
-        return buf[at:at + size].decode("utf-8")
-    if ext == "json":
-        return json.loads(buf[at:at + size])  # bytes, as decode_member does (same errors)
-    return decode_member(ext, memoryview(buf)[at:at + size])
+    # text and json as a bytes slice (cheaper than a memoryview for small members); the rest as a view
+    data = buf[at:at + size] if ext in ("txt", "json") else memoryview(buf)[at:at + size]
+    return decode_member(ext, data)
 
 
 def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = frozenset()) -> SampleLayout | None:
@@ -168,7 +164,7 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
                                 header[_CHECKSUM_AT + 8:] + bytes(member.data[:npy.length]), checksum,
                                 data + npy.length, npy.dtype, npy.shape, "F" if npy.fortran else "C"))
         else:
-            slots.append(_Variable(suffix, field, ext, member.offset, header[k:_SIZE_AT], header[_MTIME_AT:_CHECKSUM_AT],
+            slots.append(_Variable(field, ext, member.offset, header[k:_SIZE_AT], header[_MTIME_AT:_CHECKSUM_AT],
                                    header[_TYPE_AT:], checksum - sum(header[_SIZE_AT:_MTIME_AT]),
                                    -(-size // BLOCK), data))
         end = data + -(-size // BLOCK) * BLOCK
