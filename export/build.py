@@ -16,6 +16,7 @@ import numpy as np
 from export.config import StreamWindow
 from export.episodes import EpisodeData
 from export.errors import EpisodeError
+from export.extent import ExtentError, episode_extent
 from export.resample import Stream, StreamError, clean_stream, resample
 from export.stats import FieldStats, merge_all
 from export.video import VideoError, VideoSizeError
@@ -43,7 +44,8 @@ class BuildSpec:
     windows: dict[str, StreamWindow]  # time-series field -> window
     value_dtypes: dict[str, str]  # time-series field -> source value dtype
     static_fields: tuple[str, ...]  # text, image, value fields carried by every window
-    clock: str | None
+    clock: str | None  # the store's declared clock stream (loaded even when not exported)
+    clock_interpolation: str = "linear"
     videos: dict[str, tuple[StreamWindow, "VideoOptions"]] = field(default_factory=dict)
     images: dict[str, "ImageOptions"] = field(default_factory=dict)  # image field -> encoding (default original)
 
@@ -79,19 +81,23 @@ def _clean(data: EpisodeData, spec: BuildSpec) -> dict[str, Stream]:
     return streams
 
 
-def episode_extent(data: EpisodeData, streams: dict[str, Stream], clock: str | None,
-                   cameras: tuple[tuple[float, float], ...] = ()) -> tuple[float, float]:
-    """[start, end] of the episode: declared start_s/end_s, else the clock stream, else all streams and
-    cameras (first to last frame of each video segment)."""
-    spans = [(s.times[0], s.times[-1]) for n, s in streams.items() if clock in (None, n)]
-    if clock is None:
-        spans += list(cameras)
-    start = data.start_s if data.start_s is not None else min((a for a, _ in spans), default=0.0)
-    end = data.end_s if data.end_s is not None else max((b for _, b in spans), default=start)
-    if not end >= start:
-        raise EpisodeError(data.episode_id, None, f"episode ends ({end}) before it starts ({start})",
-                           hint="check start_s/end_s")
-    return float(start), float(end)
+def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
+                 cameras: list[tuple[float, float]]) -> tuple[float, float]:
+    """[start, end] of the episode by the one rule of `export.extent` (validate uses it too).
+
+    The clock stream counts even when it is not exported (it is loaded for this alone)."""
+    series = {n: (float(s.times[0]), float(s.times[-1])) for n, s in streams.items()}
+    if spec.clock is not None and spec.clock not in series and spec.clock in data.streams:
+        try:
+            clock = clean_stream(data.streams[spec.clock], spec.clock_interpolation, strict=spec.strict_timestamps)
+        except StreamError as exc:
+            raise EpisodeError(data.episode_id, spec.clock, f"{exc} (this stream is the declared clock)",
+                               hint="fix its timestamps, or remove `clock` from store.yaml") from exc
+        series[spec.clock] = (float(clock.times[0]), float(clock.times[-1]))
+    try:
+        return episode_extent(data.start_s, data.end_s, series, spec.clock, cameras)
+    except ExtentError as exc:
+        raise EpisodeError(data.episode_id, None, str(exc)) from exc
 
 
 def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dict[str, Any],
@@ -99,7 +105,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     """Yield the sample blob of every emitted window, filling `windows_out` as a side record."""
     streams = _clean(data, spec)
     cameras = _open_videos(data, spec)
-    start, end = episode_extent(data, streams, spec.clock, tuple(c.span() for c in cameras.values()))
+    start, end = build_extent(data, streams, spec, [c.span() for c in cameras.values()])
     anchors = anchor_frames(grid_frame_count(start, end, spec.fps), spec.stride)
     static = _static_members(data, spec)
     report = windows_out.report

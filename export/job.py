@@ -51,6 +51,12 @@ class JobSpec:
     splits: dict[str, str]
     index: dict[str, int]
 
+    @property
+    def load_fields(self) -> list[str]:
+        """Fields to read per episode: the exported ones plus the clock, which defines the extent."""
+        clock = self.build.clock
+        return [*self.fields, clock] if clock is not None and clock not in self.fields else list(self.fields)
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -115,7 +121,8 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
                       windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
                       static_fields=tuple(f for f in fields if f not in windows and f not in videos),
                       videos=videos, images=images,
-                      clock=schema.clock if schema.clock in windows else None)
+                      clock=schema.clock,
+                      clock_interpolation=schema.fields[schema.clock].interpolation or "linear" if schema.clock else "linear")
     declared = _declared_splits(schema)
     splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
     job = JobSpec(schema=schema, build=build, fields=tuple(fields), work="", prefixes=key_prefixes(schema.episode_ids),
@@ -142,7 +149,7 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
     job, episode_ids = args
     work = Path(job.work)
     todo = [ep for ep in episode_ids if not _episode_paths(work, job.index[ep])[1].exists()]
-    for ep, data in zip(todo, EpisodeLoader(job.schema, list(job.fields)).load(todo)):
+    for ep, data in zip(todo, EpisodeLoader(job.schema, job.load_fields).load(todo)):
         bin_path, rec_path = _episode_paths(work, job.index[ep])
         record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None}
         windows = EpisodeWindows()

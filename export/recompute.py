@@ -60,7 +60,7 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
             key = read_sample(blob, shard.path, start)[0]
             episode = next(ep for ep, prefix in job.prefixes.items() if key.rsplit("_", 1)[0] == prefix)
             picks.setdefault(episode, []).append((key, shard.path, start, blob))
-    loader = EpisodeLoader(job.schema, list(job.fields))
+    loader = EpisodeLoader(job.schema, job.load_fields)
     for data in loader.load(sorted(picks)):
         if isinstance(data, EpisodeError):
             result.failures.append(str(data))

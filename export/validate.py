@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from export.episodes import EpisodeData, EpisodeLoader
 from export.errors import EpisodeError
+from export.extent import ExtentError, episode_extent, segment_span
 from export.resample import StreamError, clean_stream
 from export.store import Problem, StoreSchema, open_store, safe_media_path
 from export.video import VideoError, probe_video
@@ -79,13 +80,15 @@ def validate_store(root: Path, progress: bool = False) -> StoreReport:
 
 def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) -> None:
     ep = data.episode_id
-    starts, ends = [], []
+    series: dict[str, tuple[float, float]] = {}  # field -> first and last cleaned sample time
+    broken = False
     for name, raw in data.streams.items():
         spec = schema.fields[name]
         try:
             stream = clean_stream(raw, spec.interpolation or "linear")
         except StreamError as exc:
             report.problems.append(Problem("error", str(exc), ep, name, hint="fix the timestamps in the store"))
+            broken = True
             continue
         if spec.names and len(spec.names) != raw.shape[1] - 1:
             report.problems.append(Problem("error", f"declares {len(spec.names)} names but has {raw.shape[1] - 1} "
@@ -94,16 +97,8 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) 
             if count:
                 report.problems.append(Problem("warning", f"{count} {REPAIR_TEXT[kind]}", ep, name))
         report.rates.setdefault(name, []).append(1.0 / stream.median_period)
-        if schema.clock in (None, name):
-            starts.append(stream.times[0])
-            ends.append(stream.times[-1])
-    start = data.start_s if data.start_s is not None else min(starts, default=None)
-    end = data.end_s if data.end_s is not None else max(ends, default=None)
-    if start is not None and end is not None:
-        if end <= start:
-            report.problems.append(Problem("error", f"episode is too short: extent [{start}, {end}] s", ep))
-        else:
-            report.durations[ep] = float(end - start)
+        series[name] = (float(stream.times[0]), float(stream.times[-1]))
+    cameras = []
     for name, video in data.videos.items():
         try:
             path = safe_media_path(schema.root, str(video.get("path")))
@@ -114,18 +109,31 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) 
             report.problems.append(Problem("error", f"video file {video.get('path')!r} is missing", ep, name,
                                            hint="fix the path (relative to the store) or add the file"))
             continue
-        _check_video(path, video, ep, name, report)
+        span = _check_video(path, video, ep, name, report)
+        if span is not None:
+            cameras.append(span)
+    if broken:
+        return  # the extent would be taken from the streams that happen to be readable
+    try:
+        start, end = episode_extent(data.start_s, data.end_s, series, schema.clock, cameras)
+    except ExtentError as exc:
+        report.problems.append(Problem("error", str(exc), ep))
+        return
+    report.durations[ep] = end - start
 
 
-def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreReport) -> None:
-    """Declared fps against the container's real timestamps, and the segment against the file."""
+def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreReport) -> tuple[float, float] | None:
+    """Declared fps against the container's real timestamps, and the segment against the file.
+
+    Returns the episode times of the segment's first and last frame (None if unreadable or empty)."""
     try:
         info = probe_video(path)
     except VideoError as exc:
         report.problems.append(Problem("error", f"video file {video.get('path')!r}: {exc}", ep, name,
                                        hint="re-encode it or fix the path"))
-        return
+        return None
     declared, measured = video.get("fps"), info.measured_fps
+    report.rates.setdefault(name, []).append(measured or 0.0)
     if declared and measured and abs(measured - float(declared)) > FPS_TOLERANCE * float(declared):
         report.problems.append(Problem(
             "warning", f"declared fps {float(declared):g}, but the timestamps of {video.get('path')!r} give "
@@ -133,8 +141,17 @@ def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreRepor
             hint="fix fps in the store if it is wrong"))
     start, end = video.get("start_s"), video.get("end_s")
     first, last = float(info.pts[0]), float(info.pts[-1])
-    if (start is not None and start < first - 1e-6) or (end is not None and end > last + 1.0 / (measured or 1.0)):
+    span = segment_span(info.pts, start, end, video.get("clock_offset_s"))
+    if span is None:
         report.problems.append(Problem(
-            "warning", f"segment [{start}, {end}] s reaches outside the frames of {video.get('path')!r} "
+            "error", f"segment [{start}, {end}) s holds no frame of {video.get('path')!r} "
+            f"(frames at {first:.6f}-{last:.6f} s)", ep, name, hint="fix start_s / end_s of this video"))
+        return None
+    # half a frame of slack: the segment of a file's last episode ends one frame after its last frame
+    slack = 0.5 / measured if measured else 0.0
+    period = 1.0 / measured if measured else 0.0
+    if (start is not None and start < first - slack) or (end is not None and end > last + period + slack):
+        report.problems.append(Problem(
+            "warning", f"segment [{start}, {end}) s reaches outside the frames of {video.get('path')!r} "
             f"({first:.3f}-{last:.3f} s); those steps will be masked", ep, name))
-    report.rates.setdefault(name, []).append(measured or 0.0)
+    return span

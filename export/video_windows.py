@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from export.clips import AV1_MIN_SIZE, encode_av1, encode_jpegs, encode_mp4
+from export.extent import in_segment, segment_frames, segment_span
 from export.geometry import Crop, CropError, crop_box, output_size
 from export.video import VideoError, VideoSizeError, probe_video, select_frames
 
@@ -38,8 +39,15 @@ class VideoWindows:
         self.path, self.options = path, options
         self.info = probe_video(path)
         self.start_s = float(meta.get("start_s") or 0.0)
-        self.end_s = meta.get("end_s")
+        self.end_s = None if meta.get("end_s") is None else float(meta["end_s"])
         self.offset_s = float(meta.get("clock_offset_s") or 0.0)
+        # frames [lo, hi) of the file are this episode's: the segment is half-open (export/extent.py)
+        self._lo, self._hi = segment_frames(self.info.pts, self.start_s, self.end_s)
+        if self._hi <= self._lo:
+            raise VideoError(f"its segment [{self.start_s}, {self.end_s}) s holds no frame (the file's frames "
+                             f"run from {self.info.pts[0]:.6f} to {self.info.pts[-1]:.6f} s)")
+        # the whole file's frame interval: a segment of one or two frames has no interval of its own
+        self._period = float(np.median(np.diff(self.info.pts))) if len(self.info.pts) > 1 else np.inf
         self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
         self._wanted = np.zeros(len(self.info.pts), dtype=bool)  # [F] frames some window uses
         self._decoder: Iterator[tuple[int, Any]] | None = None
@@ -65,9 +73,9 @@ class VideoWindows:
 
     def span(self) -> tuple[float, float]:
         """Episode times of the first and last frame inside the segment."""
-        first = max(float(self.info.pts[0]), self.start_s)
-        last = float(self.info.pts[-1]) if self.end_s is None else min(float(self.info.pts[-1]), float(self.end_s))
-        return first - self.start_s + self.offset_s, last - self.start_s + self.offset_s
+        span = segment_span(self.info.pts, self.start_s, self.end_s, self.offset_s)
+        assert span is not None  # __init__ refused an empty segment
+        return span
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -79,14 +87,17 @@ class VideoWindows:
         """Episode times (any shape) -> times in the video file's clock, flattened: [Q]."""
         return query.ravel() - self.offset_s + self.start_s
 
+    def _choose(self, file_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Frame index and validity ([Q] each) for file times `file_t` [Q], among this segment's frames
+        only: the next episode's first frame (at `end_s`) is never chosen, even when it is the nearest."""
+        tolerance = self._period if self.options.selection == "causal" else self._period / 2
+        index, valid = select_frames(self.info.pts[self._lo:self._hi], file_t, self.options.selection, tolerance)
+        return index + self._lo, valid & in_segment(file_t, self.start_s, self.end_s)
+
     def _select(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
         """Frame index and validity (both [Q]) for episode times `query` (any shape, flattened)."""
-        file_t = self._file_times(query)
-        index, valid = select_frames(self.info.pts, file_t, self.options.selection)
+        index, valid = self._choose(self._file_times(query))
         valid &= (query.ravel() >= extent[0] - 1e-9) & (query.ravel() <= extent[1] + 1e-9)
-        valid &= file_t >= self.start_s - 1e-9
-        if self.end_s is not None:
-            valid &= file_t <= float(self.end_s) + 1e-9
         return index, valid
 
     def expect(self, query: np.ndarray) -> None:
@@ -95,7 +106,7 @@ class VideoWindows:
         Needed because chunks overlap in frame index: when windows are longer than the anchor spacing
         and their steps fall between the grid's, a later chunk can need a frame that lies before the
         current chunk's last one but that no window of the current chunk uses."""
-        index, _ = select_frames(self.info.pts, self._file_times(query), self.options.selection)
+        index, _ = self._choose(self._file_times(query))
         self._wanted[index] = True
 
     def frames(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:

@@ -66,7 +66,7 @@ def _store_with_video(tmp_path: Path, fps: float, make: bool = True) -> Path:
     for i in range(2):
         if make:
             write_video(store / "media" / "cam" / f"ep_{i:04d}.mp4", [k * 100 for k in range(40)])
-    video = pa.array([{"path": f"media/cam/ep_{i:04d}.mp4", "fps": fps, "start_s": 0.0, "end_s": 3.9}
+    video = pa.array([{"path": f"media/cam/ep_{i:04d}.mp4", "fps": fps, "start_s": 0.0, "end_s": 4.0}
                       for i in range(2)])
     pq.write_table(pa.table({"episode_id": ["ep_0000", "ep_0001"], "cam_high": video}), store / "videos.parquet")
     return store
@@ -239,8 +239,9 @@ def test_segments_of_one_long_file_lerobot_v3_style(tmp_path: Path) -> None:
     store = tmp_path / "s"
     write_synthetic_store(store, episodes=2, seed=0)
     write_video(store / "media" / "all.mp4", [k * 100 for k in range(60)])  # 6 s, frame k at k / 10 s
-    video = pa.array([{"path": "media/all.mp4", "fps": 10.0, "start_s": 0.0, "end_s": 2.9},
-                      {"path": "media/all.mp4", "fps": 10.0, "start_s": 3.0, "end_s": 5.9}])
+    # half-open [start_s, end_s), as LeRobot v3's [from_timestamp, to_timestamp): 3.0 is ep_0001's first frame
+    video = pa.array([{"path": "media/all.mp4", "fps": 10.0, "start_s": 0.0, "end_s": 3.0},
+                      {"path": "media/all.mp4", "fps": 10.0, "start_s": 3.0, "end_s": 6.0}])
     pq.write_table(pa.table({"episode_id": ["ep_0000", "ep_0001"], "cam_high": video}), store / "videos.parquet")
     out = tmp_path / "out"
     assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "streams.cam_high.encoding=raw",
@@ -250,7 +251,7 @@ def test_segments_of_one_long_file_lerobot_v3_style(tmp_path: Path) -> None:
     b = samples["ep_0001_000000"]  # episode time 0..0.3 s = file time 3.0..3.3 s = frames 30..33
     np.testing.assert_array_equal(b["cam_high"], source[30:34])
     assert b["cam_high_mask"].all()
-    a = samples["ep_0000_000027"]  # 2.7..3.0 s: 3.0 is past this segment's end_s (2.9): masked
+    a = samples["ep_0000_000027"]  # 2.7..3.0 s: 3.0 is this segment's end_s, the next one's frame: masked
     assert a["cam_high_mask"].tolist() == [True, True, True, False]
     np.testing.assert_array_equal(a["cam_high"][:3], source[27:30])
     assert not a["cam_high"][3].any()
@@ -271,8 +272,17 @@ def test_reader_video_layout_channels_first(tmp_path: Path) -> None:
     assert tuple(batch["cam_high"].shape) == (4, 3, 3, 48, 64) and str(batch["cam_high"].dtype) == "torch.uint8"
 
 
+def _drop_clock(store: Path) -> None:
+    import yaml
+
+    doc = yaml.safe_load((store / "store.yaml").read_text())
+    doc.pop("clock")
+    (store / "store.yaml").write_text(yaml.safe_dump(doc))
+
+
 def test_camera_only_export_spans_the_video(tmp_path: Path) -> None:
-    store = _store_with_video(tmp_path, fps=10.0)  # 40 frames (3.9 s), segment [0, 3.9]
+    store = _store_with_video(tmp_path, fps=10.0)  # 40 frames (0..3.9 s), segment [0, 4.0)
+    _drop_clock(store)  # a declared clock defines the extent even when it is not exported
     out = tmp_path / "out"
     assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--keep-order",
                  "--set", "include=[cam_high]", "--set", "streams.cam_high.duration_s=0.2"]) == 0
