@@ -164,7 +164,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                 members[f"{name}.{ext}"] = blob
                 _video_quality(report, name, ext, blob, frames[name][w])
                 members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
-            members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps)
+            members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps, data.time_origin_ns)
             windows_out.anchors.append(anchor)
             windows_out.keys.append(key)
             yield encode_sample(key, members)
@@ -240,6 +240,12 @@ def _image_member(data: EpisodeData, spec: BuildSpec, name: str) -> tuple[str, b
                            hint=f"fix the image, or change streams.{name} (crop/resize/encoding)") from exc
 
 
-def _meta_json(meta: dict[str, Any], anchor: int, t: float) -> bytes:
+def _meta_json(meta: dict[str, Any], anchor: int, t: float, origin_ns: int | None) -> bytes:
+    """The window's identity: episode, split, anchor, and its anchor time `t` in the streams' clock.
+
+    For `time_unit: ns` stores, `t` counts seconds from the episode's first ns sample, and `t_ns` is
+    the anchor time in the store's own int64 ns clock, so every window can be found in the source."""
     doc = {**meta, "anchor": anchor, "t": round(t, 9)}
+    if origin_ns is not None:
+        doc["t_ns"] = origin_ns + round(t * 1e9)  # exact: |t| << 1e6 s keeps float64 below 1 ns error
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()

@@ -33,6 +33,9 @@ class EpisodeData:
     videos: dict[str, dict[str, Any]] = field(default_factory=dict)
     start_s: float | None = None
     end_s: float | None = None
+    # stores with `time_unit: ns`: the integer ns time that stream time 0.0 stands for (the episode's
+    # first ns sample; times are seconds relative to it so that float64 keeps them exact)
+    time_origin_ns: int | None = None
 
 
 def image_ext(data: bytes) -> str | None:
@@ -166,6 +169,7 @@ class EpisodeLoader:
                 raise EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column")
         converted, origin = ns_to_seconds(ns)
         data.streams.update(converted)
+        data.time_origin_ns = origin
         for bound in ("start_s", "end_s"):
             if getattr(data, bound) is not None:
                 setattr(data, bound, getattr(data, bound) - origin * 1e-9)

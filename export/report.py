@@ -72,8 +72,9 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
         elif spec.kind == "value":
             entry.update(member=f"{name}.npy", dtype=spec.value_dtype, shape=None)
         out[name] = {k: v for k, v in entry.items() if v is not None}
+    ns_clock = any(schema.fields[n].time_unit == "ns" for n in job.load_fields if schema.fields[n].kind == "timeseries")
     out["meta"] = {"kind": "meta", "member": "meta.json", "dtype": "json",
-                   "keys": ["anchor", "episode_id", "split", "t"]}
+                   "keys": ["anchor", "episode_id", "split", "t", *(["t_ns"] if ns_clock else [])]}
     return out
 
 
