@@ -116,7 +116,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
     for name, camera in cameras.items():
         declared = data.videos[name].get("fps")
-        report.setdefault("video", {})[name] = {"bytes": 0, "frames": 0, "psnr_db": None, "measured_fps":
+        report.setdefault("video", {})[name] = {"bytes": 0, "frames": 0, "sq_error": 0.0, "sq_count": 0,
+                                                "psnr_frames_count": 0, "measured_fps":
                                                 camera.info.measured_fps,
                                                 "declared_fps": float(declared) if declared else None}
     chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS
@@ -153,6 +154,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             report["steps"][name] += int(mask.size)
             values[name] = pad_invalid(vals, mask, spec.windows[name].pad).astype(output_dtype(spec, name))
             masks[name] = mask
+        sampled = {name: _quality_sample(masks[name]) for name in cameras}  # one window per chunk, or None
         for w, anchor in enumerate(chunk[keep].tolist()):
             key = f"{key_prefix}_{anchor:06d}"
             members = dict(static)
@@ -162,7 +164,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             for name, camera in cameras.items():
                 ext, blob = camera.encode(frames[name][w], spec.videos[name][0].rate_hz)
                 members[f"{name}.{ext}"] = blob
-                _video_quality(report, name, ext, blob, frames[name][w])
+                _video_quality(report, name, ext, blob, frames[name][w], masks[name][w] if w == sampled[name] else None)
                 members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
             members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps, data.time_origin_ns)
             windows_out.anchors.append(anchor)
@@ -170,7 +172,11 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             yield encode_sample(key, members)
     report["emitted"] = len(windows_out.anchors)
     for name, camera in cameras.items():
-        report["video"][name]["frames_held_max"] = camera.peak_frames
+        video = report["video"][name]
+        video["frames_held_max"] = camera.peak_frames
+        squared, count = video.pop("sq_error"), video.pop("sq_count")
+        video["psnr_frames"] = video.pop("psnr_frames_count")
+        video["psnr_db"] = _psnr_db(squared, count)
     windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
 
 
@@ -183,16 +189,36 @@ def _expect_frames(cameras: dict[str, "VideoWindows"], spec: BuildSpec, start: f
             camera.expect(query_times(start, spec.fps, anchors[lo:lo + chunk_size], spec.videos[name][0]))  # [W, n]
 
 
-def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, frames: np.ndarray) -> None:
-    """Bytes per frame for every window; PSNR of the stored frames against the decoded source on the
-    episode's first window (a sample: decoding every window back would double the export's cost)."""
+def _quality_sample(masks: np.ndarray) -> int | None:
+    """Which window of a chunk ([W, n] camera masks of its kept windows) to measure the PSNR on: the
+    first with a real frame. One per chunk spreads the sample over the whole episode at the cost of
+    one clip decode per `VIDEO_CHUNK_ANCHORS` windows; windows of padding only would measure zeros
+    against zeros."""
+    with_frames = np.flatnonzero(masks.any(axis=1))
+    return int(with_frames[0]) if len(with_frames) else None
+
+
+def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, frames: np.ndarray,
+                   sample_mask: np.ndarray | None) -> None:
+    """Bytes per frame for every window; for sampled windows (`sample_mask` [n] given), the squared
+    error of the stored against the decoded source frames, over the real (unpadded) frames only."""
     stats = report["video"][name]  # set up in build_episode when the camera was opened
     stats["bytes"] += len(blob)
     stats["frames"] += len(frames)
-    if stats["psnr_db"] is None:
-        from export.clips import psnr
+    if sample_mask is not None:
         from reader.decode import decode_member
-        stats["psnr_db"] = round(psnr(decode_member(ext, blob), frames), 3)
+        stored = decode_member(ext, blob)[sample_mask].astype(np.float64)  # [v, H, W, 3]
+        stats["sq_error"] += float(((stored - frames[sample_mask].astype(np.float64)) ** 2).sum())
+        stats["sq_count"] += int(stored.size)
+        stats["psnr_frames_count"] += int(sample_mask.sum())
+
+
+def _psnr_db(squared_error: float, count: int) -> float | None:
+    """PSNR in dB of the pooled squared error (None when no real frame was sampled; 100 if lossless)."""
+    if not count:
+        return None
+    mse = squared_error / count
+    return 100.0 if mse == 0 else round(min(100.0, 10 * float(np.log10(255.0 ** 2 / mse))), 3)
 
 
 def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"]:

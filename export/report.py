@@ -116,13 +116,15 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
 
 
 def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per camera: stored bytes per frame, the PSNR (dB) of stored vs source frames, sampled on each
-    episode's first window (min and mean over episodes), and the most decoded frames held in memory at
-    once by one episode's decode (the export's memory bound for that camera)."""
+    """Per camera: stored bytes per frame, the PSNR (dB) of stored vs source frames (per episode over
+    the real frames of one window in every chunk of `VIDEO_CHUNK_ANCHORS`; min and mean over
+    episodes, and how many frames were measured), and the most decoded frames held in memory at once
+    by one episode's decode (the export's memory bound for that camera)."""
     out: dict[str, Any] = {}
     for r in records:
         for name, v in r["report"].get("video", {}).items():
-            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": [], "fps_mismatch": [], "held": 0})
+            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": [], "fps_mismatch": [], "held": 0,
+                                        "measured": 0})
             acc["held"] = max(acc["held"], v.get("frames_held_max", 0))
             declared, measured = v.get("declared_fps"), v.get("measured_fps")
             if declared and measured and abs(measured - declared) > FPS_TOLERANCE * declared:
@@ -132,9 +134,11 @@ def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
             acc["frames"] += v["frames"]
             if v["psnr_db"] is not None:
                 acc["psnr"].append(v["psnr_db"])
+            acc["measured"] += v.get("psnr_frames", 0)
     return {name: {"bytes_per_frame": round(acc["bytes"] / max(1, acc["frames"]), 1),
                    "psnr_db_min": min(acc["psnr"], default=None),
                    "psnr_db_mean": round(float(np.mean(acc["psnr"])), 3) if acc["psnr"] else None,
+                   "psnr_frames": acc["measured"],
                    "fps_mismatch": acc["fps_mismatch"], "frames_held_max": acc["held"]}
             for name, acc in sorted(out.items())}
 

@@ -17,7 +17,7 @@ import pytest
 from export.cli import main
 from export.extent import ExtentError, episode_extent, in_segment, segment_frames, segment_span
 from export.validate import validate_store
-from videos import write_frames
+from videos import gradient_frames, write_frames
 
 VIDEO_TYPE = pa.struct([("path", pa.string()), ("fps", pa.float64()), ("start_s", pa.float64()),
                         ("end_s", pa.float64())])
@@ -217,3 +217,36 @@ def test_empty_segment_is_an_error_in_validate_and_export(tmp_path: Path, capsys
     assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert "episode 'ep'" in err and "holds no frame" in err
+
+
+# --- the report's PSNR (issue 9, item 4) ---
+
+def test_report_psnr_measures_real_frames_across_the_episode(tmp_path: Path) -> None:
+    """With history offsets the first windows are all padding: measured there the PSNR was 100 dB
+    (zeros against zeros). It must be the stored-vs-source PSNR of real frames, across the episode."""
+    from reader import ShardDataset
+
+    store = tmp_path / "s"
+    store.mkdir()
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 24, (200, 32, 32, 3), dtype=np.uint8)
+    frames = gradient_frames(200, 32, 32) // 2 + noise  # 20 s at 10 fps, known and a little noisy: jpg loses some
+    write_frames(store / "v.mp4", frames, rate=10)  # png: decoded source == frames exactly
+    pq.write_table(pa.table({"episode_id": ["ep"], "cam": pa.array(
+        [{"path": "v.mp4", "fps": 10.0, "start_s": None, "end_s": None}], type=VIDEO_TYPE)}), store / "e.parquet")
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "streams.cam.encoding=jpg",
+                 "--set", "streams.cam.offset_s=-1.0", "--set", "streams.cam.duration_s=0.5"]) == 0
+    video = json.loads((out / "manifest.json").read_text())["report"]["video"]["cam"]
+    squared, count = 0.0, 0  # the PSNR over every real frame of every window, independently
+    for s in ShardDataset(out, "train", shuffle=False):
+        anchor, mask = s["meta"]["anchor"], s["cam_mask"]
+        source = frames[np.clip(anchor - 10 + np.arange(5), 0, 199)][mask].astype(np.float64)
+        squared += float(((s["cam"][mask].astype(np.float64) - source) ** 2).sum())
+        count += source.size
+    full = 10 * np.log10(255.0 ** 2 / (squared / count))
+    assert 15 < full < 45
+    assert video["psnr_db_min"] == pytest.approx(full, abs=1.0), (video, full)
+    # one window in each of the 4 chunks of 64 anchors: the first with a real frame (anchor 6: 1 of 5
+    # steps real), then 3 windows of 5 real frames
+    assert video["psnr_frames"] == 1 + 3 * 5
