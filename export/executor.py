@@ -1,9 +1,9 @@
-"""Where map and reduce tasks run: in-process, in a local process pool, or (later) on a cluster.
+"""Where map and reduce tasks run: in-process or in a local process pool (a cluster backend is planned).
 
 The interface is one method, `map_unordered(fn, items)`, yielding results as tasks finish. Tasks are
 top-level functions of picklable arguments whose results carry their own identity, so the job's output
-never depends on completion order or on the backend. A Ray backend implements the same method with
-`ray.remote` tasks (imported lazily; optional extra).
+never depends on completion order or on the backend. A Ray backend (planned, not written yet) would
+implement the same method with `ray.remote` tasks, imported lazily as an optional extra.
 """
 
 from __future__ import annotations
