@@ -65,5 +65,6 @@ def _read_and_resume(out: Path) -> int:
     print(f"  resumed: {len(tail)} more samples; identical to the uninterrupted epoch: {same}")
     if batch is not None:
         for name, value in sorted(batch.items()):
-            print(f"  {name:<20} {getattr(value, 'dtype', type(value).__name__)} {list(getattr(value, 'shape', []))}")
+            shape = list(value.shape) if hasattr(value, "shape") else f"of {len(value)}"  # tensors; lists of str/dict
+            print(f"  {name:<20} {getattr(value, 'dtype', type(value).__name__)} {shape}")
     return 0 if same else 1
