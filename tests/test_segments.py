@@ -250,3 +250,78 @@ def test_report_psnr_measures_real_frames_across_the_episode(tmp_path: Path) -> 
     # one window in each of the 4 chunks of 64 anchors: the first with a real frame (anchor 6: 1 of 5
     # steps real), then 3 windows of 5 real frames
     assert video["psnr_frames"] == 1 + 3 * 5
+
+
+# --- real data: LeRobot v2.1 per-episode files vs the same frames as one v3-style file with segments ---
+
+G1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
+
+
+def _concatenate(paths: list[Path], out: Path) -> list[int]:
+    """Remux (no re-encode) the AV1 files one after the other into one mp4, as LeRobot v3 stores
+    episodes; returns each file's frame count. Each file starts with a keyframe, so decoding is exact."""
+    counts = []
+    with av.open(str(out), "w", format="mp4") as dst:
+        target, offset = None, 0
+        for path in paths:
+            with av.open(str(path)) as src:
+                stream = src.streams.video[0]
+                if target is None:
+                    target = dst.add_stream("av1", rate=stream.average_rate)  # packets are copied, not encoded
+                    target.time_base = stream.time_base
+                    target.codec_context.width, target.codec_context.height = stream.width, stream.height
+                    target.codec_context.extradata = stream.codec_context.extradata
+                end, n = offset, 0
+                for packet in src.demux(stream):
+                    if packet.dts is None:
+                        continue
+                    packet.pts, packet.dts = packet.pts + offset, packet.dts + offset
+                    end = max(end, packet.pts + packet.duration)
+                    packet.stream = target
+                    dst.mux(packet)
+                    n += 1
+                offset = end
+                counts.append(n)
+    return counts
+
+
+def test_real_g1_video_as_one_file_with_segments_equals_per_episode_files(tmp_path: Path) -> None:
+    if not G1.is_dir():
+        pytest.skip("shared real data not present")
+    episodes = ["episode_000001", "episode_000002"]
+    videos = [G1 / "videos" / "chunk-000" / "observation.images.cam_high" / f"{e}.mp4" for e in episodes]
+    states = [pq.read_table(G1 / "data" / "chunk-000" / f"{e}.parquet", columns=["frame_index"]).column(0).to_numpy()
+              for e in episodes]
+    stores = {"v21": tmp_path / "v21", "v30": tmp_path / "v30"}
+    for store in stores.values():
+        (store / "media").mkdir(parents=True)
+    counts = _concatenate(videos, stores["v30"] / "media" / "all.mp4")
+    assert counts == [len(s) for s in states]  # one frame per parquet row
+    bounds = np.cumsum([0] + counts) / 30.0  # LeRobot: from/to = frames before / through this episode / fps
+    for e, (name, video) in enumerate(zip(episodes, videos)):
+        (stores["v21"] / "media" / video.name).write_bytes(video.read_bytes())
+    rows = {"v21": [], "v30": []}
+    for e, name in enumerate(episodes):
+        t = states[e] / 30.0
+        state = np.column_stack([t, np.zeros_like(t)]).tolist()
+        rows["v21"].append({"episode_id": name, "state": state, "cam": {
+            "path": f"media/{name}.mp4", "fps": 30.0, "start_s": None, "end_s": None}})
+        rows["v30"].append({"episode_id": name, "state": state, "cam": {
+            "path": "media/all.mp4", "fps": 30.0, "start_s": float(bounds[e]), "end_s": float(bounds[e + 1])}})
+    outs = {}
+    for kind, store in stores.items():
+        pq.write_table(pa.Table.from_pylist(rows[kind], schema=pa.schema(
+            [("episode_id", pa.string()), ("state", pa.list_(pa.list_(pa.float64()))), ("cam", VIDEO_TYPE)])),
+            store / "episodes.parquet")
+        report = validate_store(store)
+        assert report.exportable and not [p for p in report.problems if p.severity == "warning"], report.render()
+        outs[kind] = tmp_path / f"out-{kind}"
+        _export(store, outs[kind], "fps=30", "stride=7", "streams.cam.resize=[32, 24]",
+                "streams.cam.rate_hz=30", "streams.cam.duration_s=0.2")
+    a, b = _samples(outs["v21"]), _samples(outs["v30"])
+    assert sorted(a) == sorted(b) and len(a) == sum(-(-n // 7) for n in counts)
+    for key in a:
+        assert a[key]["cam_mask"].tolist() == b[key]["cam_mask"].tolist(), key
+        np.testing.assert_array_equal(a[key]["cam"], b[key]["cam"], err_msg=key)
+    last = a[f"episode_000001_{counts[0] - 1 - (counts[0] - 1) % 7:06d}"]  # the first episode's last window
+    assert not last["cam_mask"][-1]  # runs past its last frame: padding, not episode_000002's first frame
