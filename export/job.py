@@ -29,6 +29,7 @@ from export.config import image_options, stream_window, video_options
 from export.episodes import EpisodeLoader
 from export.errors import EpisodeError, UserError
 from export.executor import make_executor
+from export.fsio import fsync_write
 from export.plan import assign_splits, key_prefixes, pack_shards, window_order
 from export.report import build_manifest
 from export.store import StoreSchema, fingerprint, open_store
@@ -77,16 +78,6 @@ class Summary:
         warning = "\nwarning: no window was emitted; check the window config" if not self.windows else ""
         return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
                 f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}{warning}")
-
-
-def _fsync_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically: temp file, fsync, rename."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any]]:
@@ -171,7 +162,7 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
                           stats={n: (s.to_state() if s else None) for n, s in windows.stats.items()})
         except EpisodeError as exc:
             record["error"] = {"field": exc.field, "message": exc.reason, "hint": exc.hint}
-        _fsync_write(rec_path, msgpack.packb(record, use_bin_type=True))
+        fsync_write(rec_path, msgpack.packb(record, use_bin_type=True))
     return episode_ids
 
 
@@ -223,7 +214,7 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
             os.close(fd)
     record = {"path": task.path, "samples": len(offsets), "bytes": pos + len(END_OF_ARCHIVE),
               "sha256": digest.hexdigest(), "offsets": offsets}
-    _fsync_write(rec_path, json.dumps(record).encode())
+    fsync_write(rec_path, json.dumps(record).encode())
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, final)
     return record
@@ -287,7 +278,7 @@ def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | dict[str, An
         (work / sub).mkdir(parents=True, exist_ok=True)
     for stale in [*(work / "tmp").iterdir(), *work.glob("*.tmp-*"), *(work / "shards").glob("*.tmp-*")]:
         stale.unlink()  # left by a killed run; every step rewrites its temp file from scratch
-    _fsync_write(work / "job.json", json.dumps({"job_id": job_id}).encode())
+    fsync_write(work / "job.json", json.dumps({"job_id": job_id}).encode())
     return work
 
 
@@ -345,8 +336,8 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
         wids = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": split,
                 "shardlist": [{"url": s["path"], "nsamples": s["samples"], "filesize": s["bytes"]}
                               for s in entry["shards"]]}
-        _fsync_write(out / f"{split}.wids.json", json.dumps(wids, sort_keys=True, indent=1).encode())
-    _fsync_write(out / MANIFEST_NAME, dump_manifest(manifest))
+        fsync_write(out / f"{split}.wids.json", json.dumps(wids, sort_keys=True, indent=1).encode())
+    fsync_write(out / MANIFEST_NAME, dump_manifest(manifest))
     shutil.rmtree(work, ignore_errors=True)
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),

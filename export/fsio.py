@@ -1,0 +1,16 @@
+"""Crash-safe file writes: a file appears under its final name only when complete and on disk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically: temp file, fsync, rename."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
