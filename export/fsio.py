@@ -14,3 +14,12 @@ def fsync_write(path: Path, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a folder's entries (renames, new files) to disk, so they survive a power loss too."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

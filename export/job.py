@@ -1,10 +1,12 @@
-"""The export job: plan -> map (stage episodes) -> reduce (write shards) -> manifest.
+"""The export job: plan -> map (stage episodes) -> reduce (write shards) -> publish (into OUT).
 
 Atomicity and resume: every step's output appears under its final name by rename after fsync, and a
-step is done iff that name exists. Staging lives in `OUT/.robowds-work/` (keyed by a job id over the
-store fingerprint and the resolved config); shards are renamed into `OUT/<split>/` only when complete;
-the manifest is renamed into place last, so nothing half-written is ever listed. A re-run after SIGKILL
-skips finished steps and, because every step is deterministic, ends byte-identical.
+step is done iff that name exists. Everything up to publish lives in `OUT/.robowds-work/` (keyed by a
+job id over the store fingerprint and the resolved config): staged episodes, and finished shards in
+`ready/`, so an export already in OUT stays intact and readable while the new one is built. Publish
+(`export/publish.py`) then moves the new export into place by a journaled sequence of renames with the
+manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips finished steps
+and, because every step is deterministic, ends byte-identical.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,10 +32,10 @@ from export.errors import EpisodeError, UserError
 from export.executor import make_executor
 from export.fsio import fsync_write
 from export.plan import assign_splits, key_prefixes, pack_shards, window_order
+from export.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
 from export.report import build_manifest
 from export.store import StoreSchema, fingerprint, open_store
 from reader.format import END_OF_ARCHIVE
-from reader.manifest import MANIFEST_NAME, dump_manifest, parse_manifest
 
 WORK_DIR = ".robowds-work"
 EPISODES_PER_TASK = 8
@@ -174,7 +175,6 @@ def _load_record(work: Path, index: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ShardTask:
-    out: str
     work: str
     split: str
     path: str  # relative to out
@@ -182,9 +182,12 @@ class ShardTask:
 
 
 def write_shard(task: ShardTask) -> dict[str, Any]:
-    """Reduce task: copy the shard's samples from staging, in order, into its final tar."""
-    out, work = Path(task.out), Path(task.work)
-    final = out / task.path
+    """Reduce task: copy the shard's samples from staging, in order, into its tar in `work/ready/`.
+
+    Not into OUT: a shard of the same name in the export being replaced stays intact until publish.
+    """
+    work = Path(task.work)
+    final = work / READY / task.path
     rec_path = work / "shards" / (task.path.replace("/", "__") + ".json")
     if final.exists() and rec_path.exists():
         record = json.loads(rec_path.read_text())
@@ -220,7 +223,7 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
     return record
 
 
-def plan_shards(out: Path, work: Path, records: list[dict[str, Any]], config: dict[str, Any],
+def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any],
                 episode_of: dict[str, int]) -> list[ShardTask]:
     """Order every split's windows and cut them into shards (pure given the staged sizes)."""
     tasks = []
@@ -241,7 +244,7 @@ def plan_shards(out: Path, work: Path, records: list[dict[str, Any]], config: di
         bounds = pack_shards(entries[:, 2].tolist(), int(shard["max_samples"]), int(shard["max_bytes"]),
                              len(END_OF_ARCHIVE))
         for n, (lo, hi) in enumerate(bounds):
-            tasks.append(ShardTask(str(out), str(work), split, f"{split}/shard-{n:06d}.tar", entries[lo:hi]))
+            tasks.append(ShardTask(str(work), split, f"{split}/shard-{n:06d}.tar", entries[lo:hi]))
     return tasks
 
 
@@ -253,32 +256,34 @@ def _job_id(fingerprint_hex: str, resolved: dict[str, Any]) -> str:
 
 
 def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | dict[str, Any]:
-    """Returns the work dir to use, or the manifest of a finished export of this very job."""
-    manifest = out / MANIFEST_NAME
+    """Decide whether OUT may take this export before anything in it changes.
+
+    Returns the work dir to use, or the manifest of a finished export of this very job. OUT is accepted
+    if it is empty or new, or holds a robowds export (its manifest) or robowds work folder, whatever
+    else the user keeps in it; files of the old export are replaced only by `publish`, at the end.
+    """
     work = out / WORK_DIR
-    if manifest.exists() and not overwrite:
-        doc = parse_manifest(manifest.read_bytes(), str(manifest))
-        if doc.get("job_id") == job_id:
-            shutil.rmtree(work, ignore_errors=True)
-            return doc
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output folder {out} is a file", hint="choose an empty or new folder")
+    finished = finish_publish(out, work)  # a publish killed midway is completed first: its journal is ours
+    doc = read_manifest(out)
+    if doc is None and not work.is_dir() and out.exists() and any(out.iterdir()):
+        raise UserError(f"output folder {out} is not empty and holds no robowds export",
+                        hint="choose an empty or new folder (robowds never replaces files it did not write)")
+    if doc is not None and doc.get("job_id") == job_id and (finished or not overwrite):
+        remove_work(work)
+        return doc
+    if doc is not None and doc.get("job_id") != job_id and not overwrite:
         raise UserError(f"{out} holds a finished export of a different store or config",
                         hint="pass --overwrite to replace it, or choose another output folder")
-    if overwrite and out.exists():
-        manifest.unlink(missing_ok=True)  # first, so nothing stale stays listed
-        for item in out.iterdir():
-            if item.name == WORK_DIR or item.name.endswith(".wids.json") or (
-                    item.is_dir() and any(item.glob("shard-*.tar"))):
-                shutil.rmtree(item) if item.is_dir() else item.unlink()
-    if out.exists() and not (work / "job.json").exists() and any(out.iterdir()):
-        raise UserError(f"output folder {out} is not empty and holds no robowds export",
-                        hint="choose an empty or new folder")
-    if (work / "job.json").exists() and json.loads((work / "job.json").read_text()).get("job_id") != job_id:
-        shutil.rmtree(work)  # a partial export of another store/config: its staging is useless
-    for sub in ("shards", "tmp"):
+    job_file = work / JOB_FILE
+    if work.is_dir() and (not job_file.exists() or json.loads(job_file.read_text()).get("job_id") != job_id):
+        remove_work(work)  # a partial export of another store/config, or a half-deleted one: useless
+    for sub in ("shards", "tmp", READY):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    for stale in [*(work / "tmp").iterdir(), *work.glob("*.tmp-*"), *(work / "shards").glob("*.tmp-*")]:
+    for stale in work.rglob("*.tmp-*"):
         stale.unlink()  # left by a killed run; every step rewrites its temp file from scratch
-    fsync_write(work / "job.json", json.dumps({"job_id": job_id}).encode())
+    fsync_write(job_file, json.dumps({"job_id": job_id}).encode())
     return work
 
 
@@ -322,7 +327,7 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
                             hint="; ".join([*hints, "fix them in the store, or pass --set on_bad_episode=skip "
                                                     "to leave them out"]))
         good = [r for r in records if not r["error"]]
-        tasks = plan_shards(out, work, good, config, job.index)
+        tasks = plan_shards(work, good, config, job.index)
         shard_records: dict[str, dict[str, Any]] = {}
         with tqdm(total=len(tasks), desc="shards", unit="shard", disable=not progress) as bar:
             for rec in executor.map_unordered(write_shard, tasks):
@@ -332,13 +337,7 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
         executor.close()
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id)
-    for split, entry in manifest["splits"].items():
-        wids = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": split,
-                "shardlist": [{"url": s["path"], "nsamples": s["samples"], "filesize": s["bytes"]}
-                              for s in entry["shards"]]}
-        fsync_write(out / f"{split}.wids.json", json.dumps(wids, sort_keys=True, indent=1).encode())
-    fsync_write(out / MANIFEST_NAME, dump_manifest(manifest))
-    shutil.rmtree(work, ignore_errors=True)
+    publish(out, work, manifest)
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
                    total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"])

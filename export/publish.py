@@ -1,0 +1,142 @@
+"""Publish a finished export into OUT: the only step of the job that changes files outside its work folder.
+
+Why a separate step with a journal: replacing an export is many renames and deletions, and a user's own
+files (notes, `.nv-meta/` from `energon prepare`, anything unknown) may sit next to it. Reduce therefore
+writes every new shard under `OUT/.robowds-work/ready/`, so the old export stays intact and readable
+until the new one is complete. Publish then decides everything up front (which files are ours to
+replace or remove; whether a file we did not write is in the way), writes that decision to
+`publish.json` in the work folder, and only then changes OUT. Every step it journals checks whether it
+is already done, so a run killed at any moment is finished by the next run into the same folder and
+ends byte-identical to an uninterrupted one.
+
+What robowds owns in OUT: the files its manifest lists (shards), `manifest.json`, `<split>.wids.json`
+of the manifest's splits, and the work folder. Nothing else is ever replaced or deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from export.errors import UserError
+from export.fsio import fsync_dir, fsync_write
+from reader.manifest import MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest, safe_relative, shards_of
+
+READY = "ready"  # in the work folder: the new export's files, at their paths relative to OUT
+JOURNAL = "publish.json"  # in the work folder: {"place": [path, ...], "remove": [path, ...]}
+JOB_FILE = "job.json"  # in the work folder: {"job_id"}; its staging is valid only while this file exists
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The manifest of the export in OUT, None if OUT holds none; a manifest we cannot read is refused."""
+    path = out / MANIFEST_NAME
+    if not path.exists():
+        return None
+    try:
+        return parse_manifest(path.read_bytes(), str(path))
+    except (ManifestError, OSError) as exc:
+        raise UserError(f"{exc}: robowds replaces only an export it wrote and can read",
+                        hint=f"choose another output folder, or move {path} away if it is not a robowds export") from exc
+
+
+def owned_files(manifest: dict[str, Any]) -> list[str]:
+    """The files (POSIX paths relative to OUT) a finished export wrote: manifest, wids indexes, shards.
+
+    Scales with the number of shards (one string each), never with samples.
+    """
+    files = [MANIFEST_NAME]
+    for split in sorted(manifest.get("splits", {})):
+        files.append(safe_relative(f"{split}.wids.json"))
+        files.extend(shard.path for shard in shards_of(manifest, split))
+    return files
+
+
+def wids_index(split: str, entry: dict[str, Any]) -> bytes:
+    """`<split>.wids.json`: the split's shards as a wids shard index (for `wids.ShardListDataset`)."""
+    doc = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": split,
+           "shardlist": [{"url": s["path"], "nsamples": s["samples"], "filesize": s["bytes"]}
+                         for s in entry["shards"]]}
+    return json.dumps(doc, sort_keys=True, indent=1).encode()
+
+
+def remove_work(work: Path) -> None:
+    """Delete the work folder; its job file goes first, so a half-deleted folder is never resumed from."""
+    (work / JOB_FILE).unlink(missing_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _in_the_way(out: Path, rel: str, replaceable: bool) -> bool:
+    """Whether placing `rel` would replace or shadow something that is not ours to replace."""
+    target = out / rel
+    for parent in target.relative_to(out).parents:
+        if str(parent) != "." and (out / parent).exists() and not (out / parent).is_dir():
+            return True  # a file where the split's folder must go
+    if target.is_symlink() or target.exists():
+        return not replaceable or target.is_dir()
+    return False
+
+
+def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
+    """Replace the export in OUT (if any) by the finished one whose shards wait in `work/ready/`.
+
+    Order of changes to OUT: old manifest removed (nothing stale stays listed), new shards and wids
+    indexes renamed into place, old listed files the new export does not have removed, new manifest
+    renamed into place last, work folder removed.
+    """
+    ready = work / READY
+    for split, entry in manifest["splits"].items():
+        fsync_write(ready / f"{split}.wids.json", wids_index(split, entry))
+    fsync_write(ready / MANIFEST_NAME, dump_manifest(manifest))
+    new = owned_files(manifest)
+    old = read_manifest(out)
+    replaceable = set(owned_files(old)) if old is not None else set()
+    blocked = [rel for rel in new if _in_the_way(out, rel, rel in replaceable)]
+    if blocked:
+        shown = ", ".join(blocked[:5]) + (f" and {len(blocked) - 5} more" if len(blocked) > 5 else "")
+        raise UserError(f"{len(blocked)} path(s) in {out} are in the way of the new export and no robowds "
+                        f"manifest lists them: {shown}",
+                        hint=f"robowds never replaces files it did not write: move them out of {out} and re-run "
+                             f"the same command (the finished shards wait in {work})")
+    journal = {"place": [rel for rel in new if rel != MANIFEST_NAME], "remove": sorted(replaceable - set(new))}
+    fsync_write(work / JOURNAL, json.dumps(journal).encode())  # the commit point
+    finish_publish(out, work)
+
+
+def finish_publish(out: Path, work: Path) -> bool:
+    """Carry out the journaled publish in `work`, if there is one; returns whether there was.
+
+    Idempotent: a file still in `ready/` has not been moved yet, one no longer there has; removals
+    tolerate missing files. So re-running it after SIGKILL at any point completes the same publish.
+    """
+    journal = work / JOURNAL
+    if not journal.is_file():
+        return False
+    doc = json.loads(journal.read_bytes())
+    ready = work / READY
+    staged_manifest = ready / MANIFEST_NAME
+    if staged_manifest.exists():  # else the new manifest is already in place: leave it
+        (out / MANIFEST_NAME).unlink(missing_ok=True)
+    touched = {out}
+    for rel in doc["place"]:
+        src, dst = ready / rel, out / rel
+        if src.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+            touched.add(dst.parent)
+    for rel in doc["remove"]:
+        target = out / rel
+        target.unlink(missing_ok=True)
+        for parent in target.relative_to(out).parents:  # a split folder we emptied; never a user's
+            if str(parent) == "." or not (out / parent).is_dir() or any((out / parent).iterdir()):
+                break
+            (out / parent).rmdir()
+    for folder in sorted(touched):
+        fsync_dir(folder)  # the renames reach the disk before the manifest lists them
+    if staged_manifest.exists():
+        os.replace(staged_manifest, out / MANIFEST_NAME)
+        fsync_dir(out)
+    remove_work(work)
+    return True

@@ -1,0 +1,334 @@
+"""`export --overwrite` replaces only what robowds wrote, and only once the new export is complete.
+
+Every test starts from a real export (OLD options: a train and a val split in many small shards) and
+replaces it with a real export of another config (NEW options: train only, fewer shards), next to
+files robowds did not write. REFERENCE is the NEW export written into an empty folder: after any
+overwrite, OUT must hold exactly its bytes plus the user's files, untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from export import job as export_job
+from export.cli import main
+from export.synth import write_synthetic_store
+from reader import ShardDataset
+from reader.manifest import parse_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD = ["--set", "splits.val=0.25", "--set", "shard.max_samples=40"]
+NEW = ["--fps", "5", "--set", "shard.max_samples=100"]
+USER_FILES = {"NOTES.md": b"# my notes\n", ".nv-meta/dataset.yaml": b"__module__: megatron.energon\n",
+              ".nv-meta/index.sqlite": bytes(range(256)), "train/foo.tar": b"not ours\n"}
+WORK = ".robowds-work/"
+
+
+def tree_bytes(out: Path) -> dict[str, str]:
+    """sha256 of every file under `out`, by relative path."""
+    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def visible(out: Path) -> dict[str, str]:
+    """`tree_bytes` without robowds' work folder."""
+    return {k: v for k, v in tree_bytes(out).items() if not k.startswith(WORK)} if out.exists() else {}
+
+
+def export(store: Path, out: Path, *options: str) -> int:
+    return main(["export", str(store), str(out), "--quiet", "--workers", "1", *options])
+
+
+def add_user_files(out: Path, files: dict[str, bytes]) -> dict[str, str]:
+    for rel, data in files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    return {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_synthetic_store(tmp_path_factory.mktemp("overwrite") / "store", episodes=8, seed=4).root
+
+
+@pytest.fixture(scope="module")
+def old(store: Path) -> Path:
+    """The export being replaced (never modified; tests copy it)."""
+    out = store.parent / "old"
+    assert export(store, out, *OLD) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(store: Path, old: Path) -> dict[str, str]:
+    out = store.parent / "reference"
+    assert export(store, out, *NEW) == 0
+    ref = tree_bytes(out)
+    old_tree = tree_bytes(old)
+    # the premise of these tests: shared names with other bytes, and old shards the new export lacks
+    assert {"train/shard-000000.tar", "manifest.json", "train.wids.json"} <= ref.keys() & old_tree.keys()
+    assert all(ref[k] != old_tree[k] for k in ref.keys() & old_tree.keys())
+    assert {"val.wids.json", "val/shard-000000.tar", "train/shard-000004.tar"} <= old_tree.keys() - ref.keys()
+    return ref
+
+
+def copy_old(old: Path, out: Path, user_files: dict[str, bytes]) -> dict[str, str]:
+    shutil.copytree(old, out)
+    return add_user_files(out, user_files)
+
+
+def assert_old_export_intact(out: Path, old: Path) -> None:
+    """Every file of the old export is there with its bytes, and the reader reads every sample."""
+    seen, old_tree = visible(out), tree_bytes(old)
+    assert {k: seen.get(k) for k in old_tree} == old_tree
+    doc = parse_manifest((out / "manifest.json").read_bytes())
+    for split, entry in doc["splits"].items():
+        for shard in entry["shards"]:
+            assert hashlib.sha256((out / shard["path"]).read_bytes()).hexdigest() == shard["sha256"]
+        assert sum(1 for _ in ShardDataset(out, split, shuffle=False)) == entry["samples"] > 0
+
+
+def test_overwrite_next_to_notes_through_the_cli(store: Path, old: Path, reference: dict[str, str],
+                                                 tmp_path: Path) -> None:
+    """The issue's repro: NOTES.md next to an export; `--overwrite` used to delete the export, then refuse."""
+    out = tmp_path / "o"
+    user = copy_old(old, out, {"NOTES.md": USER_FILES["NOTES.md"]})
+    run = subprocess.run([sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "1",
+                          *NEW, "--overwrite"], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert tree_bytes(out) == reference | user
+
+
+def test_overwrite_keeps_nv_meta_and_unlisted_files(store: Path, old: Path, reference: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    user = copy_old(old, out, USER_FILES)
+    assert export(store, out, *NEW, "--overwrite") == 0
+    assert tree_bytes(out) == reference | user
+    assert main(["verify", str(out), "--quiet"]) == 0
+
+
+def test_overwrite_removes_old_shards_the_new_export_lacks(store: Path, old: Path, reference: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    """The old val split and train shards past the new count were ours: gone; the user's val/ file stays."""
+    out = tmp_path / "o"
+    user = copy_old(old, out, {"val/README.txt": b"val notes\n"})
+    assert export(store, out, *NEW, "--overwrite") == 0
+    assert tree_bytes(out) == reference | user
+    assert sorted(p.name for p in (out / "val").iterdir()) == ["README.txt"]
+    out2 = tmp_path / "o2"  # without a user file in it, an emptied split folder goes too
+    copy_old(old, out2, {})
+    assert export(store, out2, *NEW, "--overwrite") == 0
+    assert tree_bytes(out2) == reference and not (out2 / "val").exists()
+
+
+def test_old_export_intact_when_the_new_one_fails_on_a_bad_episode(store: Path, old: Path,
+                                                                   reference: dict[str, str], tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad-store"
+    shutil.copytree(store, bad)
+    (bad / "media/overview/ep_0003.png").unlink()
+    out = tmp_path / "o"
+    copy_old(old, out, {})
+    assert export(bad, out, *NEW, "--overwrite", "--set", "on_bad_episode=fail") == 2
+    assert "episode 'ep_0003', field 'overview'" in capsys.readouterr().err
+    assert_old_export_intact(out, old)
+
+
+def test_old_export_intact_until_every_new_shard_is_written(store: Path, old: Path, reference: dict[str, str],
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail right after the reduce step: new shards of the same names must not have replaced old ones."""
+    def fail(**_: object) -> None:
+        raise RuntimeError("stop after reduce")
+
+    out = tmp_path / "o"
+    copy_old(old, out, {})
+    with monkeypatch.context() as patch:
+        patch.setattr(export_job, "build_manifest", fail)
+        with pytest.raises(RuntimeError, match="stop after reduce"):
+            export(store, out, *NEW, "--overwrite")
+    assert_old_export_intact(out, old)
+    assert export(store, out, *NEW, "--overwrite") == 0  # resumes from the finished shards
+    assert tree_bytes(out) == reference
+
+
+def test_file_in_the_way_is_refused_before_anything_changes(store: Path, old: Path, reference: dict[str, str],
+                                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A user's file where the new export puts a shard no manifest lists: refused, OUT unchanged."""
+    fewer = tmp_path / "fewer"
+    assert export(store, fewer, "--fps", "5", "--set", "shard.max_samples=400") == 0
+    out = tmp_path / "o"
+    user = copy_old(fewer, out, {"train/shard-000002.tar": b"mine\n", "NOTES.md": b"notes\n"})
+    before = visible(out)
+    assert export(store, out, *NEW, "--overwrite") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"robowds export: error: 1 path(s) in {out} are in the way of the new export") and \
+        "train/shard-000002.tar" in err and "move them out" in err and "Traceback" not in err
+    assert visible(out) == before
+    (out / "train/shard-000002.tar").unlink()
+    del user["train/shard-000002.tar"]
+    assert export(store, out, *NEW, "--overwrite") == 0
+    assert tree_bytes(out) == reference | user
+
+
+@pytest.mark.parametrize("content", [b"{}", b"not json"])
+def test_folder_without_a_robowds_export_is_refused_even_with_overwrite(store: Path, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str],
+                                                                       content: bytes) -> None:
+    out = tmp_path / "o"
+    add_user_files(out, {"NOTES.md": b"n\n", "train/shard-000000.tar": b"x"})
+    before = tree_bytes(out)
+    for overwrite in ([], ["--overwrite"]):
+        assert export(store, out, *overwrite) == 2
+        assert "is not empty and holds no robowds export" in capsys.readouterr().err
+        assert tree_bytes(out) == before
+    (out / "manifest.json").write_bytes(content)  # a manifest.json that is not ours: refused, one message
+    before = tree_bytes(out)
+    for overwrite in ([], ["--overwrite"]):
+        assert export(store, out, *overwrite) == 2
+        err = capsys.readouterr().err
+        assert "robowds replaces only an export it wrote and can read" in err and "Traceback" not in err
+    assert tree_bytes(out) == before
+
+
+def test_killed_partial_export_of_another_config_is_replaced(store: Path, old: Path, reference: dict[str, str],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partial export's work folder is ours: another config (no --overwrite needed) replaces it."""
+    def fail(**_: object) -> None:
+        raise RuntimeError("killed")
+
+    out = tmp_path / "o"
+    with monkeypatch.context() as patch:
+        patch.setattr(export_job, "build_manifest", fail)
+        with pytest.raises(RuntimeError):
+            export(store, out, *OLD)
+    user = add_user_files(out, {"NOTES.md": b"n\n"})
+    assert export(store, out, *NEW) == 0
+    assert tree_bytes(out) == reference | user
+
+
+# --------------------------------------------------------------------------------------------- kills
+
+def _cmd(store: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "1", *NEW, "--overwrite"]
+
+
+def assert_consistent_after_kill(out: Path, old_tree: dict[str, str], reference: dict[str, str],
+                                 user: dict[str, str]) -> None:
+    """The user's files are untouched; a visible manifest lists a complete export, old or new."""
+    seen = visible(out)
+    assert {k: seen.get(k) for k in user} == user
+    ours = {k: v for k, v in seen.items() if k not in user}
+    for name, digest in ours.items():
+        assert digest in (old_tree.get(name), reference.get(name)), f"{name}: neither old nor new bytes"
+    if "manifest.json" in ours:
+        assert ours in (old_tree, reference), "a visible manifest lists an incomplete export"
+
+
+@pytest.mark.slow
+def test_sigkill_during_overwrite_at_random_moments(tmp_path: Path) -> None:
+    """Kill an --overwrite export twice at random moments of its work, then finish it: every time,
+    NOTES.md and the other user files are intact and a visible manifest lists a complete export."""
+    store = write_synthetic_store(tmp_path / "store", episodes=24, seed=6).root
+    old = tmp_path / "old"
+    assert export(store, old, *OLD) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    timing = tmp_path / "timing"
+    copy_old(old, timing, {})
+    began = time.perf_counter()
+    proc = subprocess.Popen(_cmd(store, timing), env=env)
+    while not (timing / WORK / "job.json").exists() and proc.poll() is None:
+        time.sleep(0.002)
+    start_up = time.perf_counter() - began  # interpreter and store opening: nothing to kill yet
+    assert proc.wait() == 0
+    work = time.perf_counter() - began - start_up
+    reference, old_tree, rng = tree_bytes(timing), tree_bytes(old), random.Random(7)
+    interrupted = attempt = 0
+    while attempt < 4 or (interrupted < 6 and attempt < 10):
+        out = tmp_path / f"killed{attempt}"
+        user = copy_old(old, out, USER_FILES)
+        attempt += 1
+        for late in (1.0, 0.5):  # the resumed run has less left to do
+            proc = subprocess.Popen(_cmd(store, out), env=env, start_new_session=True)
+            time.sleep(start_up + rng.uniform(0.0, late) * work)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            interrupted += proc.returncode == -signal.SIGKILL and visible(out).get("manifest.json") != \
+                reference["manifest.json"]
+            assert_consistent_after_kill(out, old_tree, reference, user)
+        subprocess.run(_cmd(store, out), check=True, env=env)
+        assert tree_bytes(out) == reference | user
+    assert interrupted >= 6, (f"only {interrupted} of {2 * attempt} kills landed before the export finished "
+                              f"(start-up {start_up:.2f} s, work {work:.2f} s)")
+
+
+KILL_AT_STEP = r"""
+import os, shutil, signal, sys
+out, budget = os.path.realpath(sys.argv[1]), int(sys.argv[2])
+work, steps, inside = os.path.join(out, ".robowds-work"), [0], [False]
+
+def step():  # SIGKILL this process instead of doing the budget+1-th change to OUT
+    steps[0] += 1
+    if steps[0] > budget:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def in_out(path):  # in OUT, outside the work folder
+    p = os.path.realpath(os.fspath(path))
+    return p.startswith(out + os.sep) and not (p == work or p.startswith(work + os.sep))
+
+def counted(fn, arg):
+    def wrapper(*a, **k):
+        if not inside[0] and k.get("dir_fd") is None and in_out(a[arg]):
+            step()
+        return fn(*a, **k)
+    return wrapper
+
+def rmtree(path, *a, _real=shutil.rmtree, **k):
+    step()
+    inside[0] = True
+    try:
+        return _real(path, *a, **k)
+    finally:
+        inside[0] = False
+
+os.replace, os.rename = counted(os.replace, 1), counted(os.rename, 1)
+os.unlink, os.remove, os.rmdir = counted(os.unlink, 0), counted(os.remove, 0), counted(os.rmdir, 0)
+shutil.rmtree = rmtree
+from export import job as export_job
+from export.cli import main
+sys.exit(main(["export", *sys.argv[3:]]))
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_before_each_change_to_out_then_rerun(store: Path, old: Path, reference: dict[str, str],
+                                                      tmp_path: Path) -> None:
+    """Kill the overwrite right before its 1st, 2nd, ... rename or deletion in OUT (publish is all of
+    them), then re-run the same command: NOTES.md and the other user files survive, bytes identical."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    old_tree = tree_bytes(old)
+    for budget in range(100):
+        out = tmp_path / f"k{budget}"
+        user = copy_old(old, out, USER_FILES)
+        killed = subprocess.run([sys.executable, "-c", KILL_AT_STEP, str(out), str(budget), *_cmd(store, out)[3:]],
+                                env=env, capture_output=True, text=True)
+        assert_consistent_after_kill(out, old_tree, reference, user)
+        if killed.returncode == 0:
+            break
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert export(store, out, *NEW, "--overwrite") == 0
+        assert tree_bytes(out) == reference | user, f"killed before change {budget + 1}"
+        shutil.rmtree(out)
+    assert tree_bytes(out) == reference | user
+    assert budget >= 12, f"only {budget} changes to OUT: the test no longer covers a full publish"
