@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from export.errors import UserError
 from export.fsio import fsync_dir, fsync_write
@@ -39,7 +40,8 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
         return parse_manifest(path.read_bytes(), str(path))
     except (ManifestError, OSError) as exc:
         raise UserError(f"{exc}: robowds replaces only an export it wrote and can read",
-                        hint=f"choose another output folder, or move {path} away if it is not a robowds export") from exc
+                        hint=f"choose another output folder, or move {path} away if it is not a robowds export"
+                        ) from exc
 
 
 def owned_files(manifest: dict[str, Any]) -> list[str]:
@@ -79,6 +81,17 @@ def _in_the_way(out: Path, rel: str, replaceable: bool) -> bool:
     return False
 
 
+@contextmanager
+def _as_user_error(out: Path) -> Iterator[None]:
+    """A file system error while publishing (permissions, disk full) is one message, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise UserError(f"cannot publish the export into {out}: {exc}",
+                        hint="fix the cause and re-run the same command: it finishes the publish where it stopped"
+                        ) from exc
+
+
 def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
     """Replace the export in OUT (if any) by the finished one whose shards wait in `work/ready/`.
 
@@ -87,9 +100,10 @@ def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
     renamed into place last, work folder removed.
     """
     ready = work / READY
-    for split, entry in manifest["splits"].items():
-        fsync_write(ready / f"{split}.wids.json", wids_index(split, entry))
-    fsync_write(ready / MANIFEST_NAME, dump_manifest(manifest))
+    with _as_user_error(out):
+        for split, entry in manifest["splits"].items():
+            fsync_write(ready / f"{split}.wids.json", wids_index(split, entry))
+        fsync_write(ready / MANIFEST_NAME, dump_manifest(manifest))
     new = owned_files(manifest)
     old = read_manifest(out)
     replaceable = set(owned_files(old)) if old is not None else set()
@@ -101,7 +115,8 @@ def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
                         hint=f"robowds never replaces files it did not write: move them out of {out} and re-run "
                              f"the same command (the finished shards wait in {work})")
     journal = {"place": [rel for rel in new if rel != MANIFEST_NAME], "remove": sorted(replaceable - set(new))}
-    fsync_write(work / JOURNAL, json.dumps(journal).encode())  # the commit point
+    with _as_user_error(out):
+        fsync_write(work / JOURNAL, json.dumps(journal).encode())  # the commit point
     finish_publish(out, work)
 
 
@@ -114,7 +129,13 @@ def finish_publish(out: Path, work: Path) -> bool:
     journal = work / JOURNAL
     if not journal.is_file():
         return False
-    doc = json.loads(journal.read_bytes())
+    with _as_user_error(out):
+        _carry_out(out, work, json.loads(journal.read_bytes()))
+    return True
+
+
+def _carry_out(out: Path, work: Path, doc: dict[str, list[str]]) -> None:
+    """The steps of `finish_publish`, in order; each is skipped or harmless when already done."""
     ready = work / READY
     staged_manifest = ready / MANIFEST_NAME
     if staged_manifest.exists():  # else the new manifest is already in place: leave it
@@ -139,4 +160,3 @@ def finish_publish(out: Path, work: Path) -> bool:
         os.replace(staged_manifest, out / MANIFEST_NAME)
         fsync_dir(out)
     remove_work(work)
-    return True

@@ -8,6 +8,7 @@ overwrite, OUT must hold exactly its bytes plus the user's files, untouched.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
@@ -215,6 +216,32 @@ def test_killed_partial_export_of_another_config_is_replaced(store: Path, old: P
             export(store, out, *OLD)
     user = add_user_files(out, {"NOTES.md": b"n\n"})
     assert export(store, out, *NEW) == 0
+    assert tree_bytes(out) == reference | user
+
+
+def test_io_error_while_publishing_is_one_message_and_a_rerun_finishes(
+        store: Path, old: Path, reference: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    user = copy_old(old, out, USER_FILES)
+    real_replace, moved = os.replace, []
+
+    def full_disk_after_two_moves(src: object, dst: object) -> None:
+        if ".robowds-work" not in str(dst):  # a move into OUT, i.e. publishing
+            if len(moved) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            moved.append(dst)
+        real_replace(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", full_disk_after_two_moves)
+        assert export(store, out, *NEW, "--overwrite") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"robowds export: error: cannot publish the export into {out}: [Errno 28] No space") and \
+        "re-run the same command" in err and "Traceback" not in err
+    assert "manifest.json" not in visible(out)  # half published: nothing listed
+    assert export(store, out, *NEW) == 0  # any export into OUT finishes the publish first; this one is it
+    assert "up to date" in capsys.readouterr().out
     assert tree_bytes(out) == reference | user
 
 
