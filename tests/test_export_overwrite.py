@@ -107,7 +107,7 @@ def test_overwrite_next_to_notes_through_the_cli(store: Path, old: Path, referen
     run = subprocess.run([sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "1",
                           *NEW, "--overwrite"], env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True)
-    assert (run.returncode, run.stderr) == (0, "")
+    assert (run.returncode, run.stderr) == (0, "") and run.stdout.startswith("exported 8 episodes")
     assert tree_bytes(out) == reference | user
 
 
