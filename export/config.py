@@ -75,7 +75,23 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
         cursor[parts[-1]] = yaml.safe_load(raw)
         _merge(config, node, where=f"--set {item}")
     _check(config)
+    _as_floats(config)
     return config
+
+
+REAL_KEYS = ("fps", "min_valid_fraction", "max_gap_factor")  # top level
+REAL_STREAM_KEYS = ("rate_hz", "duration_s", "offset_s", "max_gap_s")
+
+
+def _as_floats(config: dict[str, Any]) -> None:
+    """Real-valued settings as floats, so `--fps 5`, `--set fps=5` and `fps: 5.0` are one config (one
+    job id: an export re-run with another spelling is up to date, not "a different config")."""
+    for key in REAL_KEYS:
+        config[key] = float(config[key])
+    for stream in (config["window"], *config["streams"].values()):
+        for key in REAL_STREAM_KEYS:
+            if stream.get(key) is not None:
+                stream[key] = float(stream[key])
 
 
 def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, path: str = "") -> None:

@@ -59,7 +59,7 @@ def test_empty_yaml_file_gives_defaults(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("item, path, value", [
-    ("streams.joints.rate_hz=50", ("streams", "joints", "rate_hz"), 50),
+    ("streams.joints.rate_hz=50", ("streams", "joints", "rate_hz"), 50.0),  # real-valued keys become floats
     ("shuffle=false", ("shuffle",), False),
     ("fps=12.5", ("fps",), 12.5),
     ("seed=7", ("seed",), 7),
@@ -74,6 +74,24 @@ def test_set_overrides_are_yaml_typed(item: str, path: tuple[str, ...], value: o
     for part in path:
         node = node[part]
     assert node == value and type(node) is type(value)
+
+
+def test_spellings_of_one_number_are_one_config(tmp_path: Path) -> None:
+    """`--fps 5` (a float), `--set fps=5` (an int) and `fps: 5` in a file gave different job ids, so a
+    re-run with another spelling was refused as "a different config"."""
+    from export.cli import main
+    from export.synth import write_synthetic_store
+
+    a = load_config(None, ["fps=5", "window.duration_s=1", "streams.imu.offset_s=-1", "min_valid_fraction=0"])
+    b = load_config(_yaml(tmp_path, "fps: 5.0\nwindow: {duration_s: 1.0}\nstreams: {imu: {offset_s: -1.0}}\n"),
+                    ["min_valid_fraction=0.0"])
+    assert a == b and repr(a) == repr(b)
+    store, out = tmp_path / "s", tmp_path / "out"
+    write_synthetic_store(store, episodes=2, seed=0)
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "fps=5"]) == 0
+    before = (out / "manifest.json").read_bytes()
+    assert main(["export", str(store), str(out), "--workers", "1", "--fps", "5"]) == 0  # up to date, no refusal
+    assert (out / "manifest.json").read_bytes() == before
 
 
 def test_overrides_apply_after_the_file_and_in_order(tmp_path: Path) -> None:
