@@ -25,7 +25,7 @@ def _add_export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-order", action="store_true", help="do not shuffle windows (config shuffle=false)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: all cores; 1 = in-process); the output is identical")
-    p.add_argument("--overwrite", action="store_true", help="replace a finished export in OUT")
+    p.add_argument("--overwrite", action="store_true", help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, and only once the new export is complete; your own files stay)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
