@@ -16,6 +16,6 @@ def __getattr__(name: str) -> Any:
         from reader.loader import ShardLoader
         return ShardLoader
     if name in ("collate", "Collate"):
-        from reader import collate as module
+        from reader import collation as module
         return getattr(module, name)
     raise AttributeError(name)

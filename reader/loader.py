@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader
 
-from reader.collate import collate as default_collate
+from reader.collation import collate as default_collate
 from reader.dataset import ShardDataset
 
 

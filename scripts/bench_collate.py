@@ -8,7 +8,7 @@ text and meta: 11 tensors per batch), read with `ShardLoader(batch_size=32)`. Bo
 get the same decoded samples and build the same values. In a worker, `torch.utils.data.default_collate`
 allocates every tensor in a shared-memory storage of its own, and torch passes each storage to the main
 process as a file descriptor over its own socket connection. `reader.collate` allocates one storage per
-batch and makes every tensor a view of it (`reader/collate.py: _allocate`). Rows are interleaved and
+batch and makes every tensor a view of it (`reader/collation.py: _allocate`). Rows are interleaved and
 each is the best of `--repeats` runs of at least `--seconds`; ratio = ours / default_collate.
 """
 
@@ -32,7 +32,7 @@ from torch.utils.data import default_collate  # noqa: E402
 from export.cli import main as robowds  # noqa: E402
 from export.synth import write_synthetic_store  # noqa: E402
 from reader import ShardDataset, ShardLoader  # noqa: E402
-from reader.collate import collate  # noqa: E402
+from reader.collation import collate  # noqa: E402
 
 BATCH = 32
 

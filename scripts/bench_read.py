@@ -69,7 +69,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from export.cli import main as robowds_main  # noqa: E402
 from export.synth import write_synthetic_store  # noqa: E402
 from reader import ShardDataset, ShardLoader  # noqa: E402
-from reader.collate import collate  # noqa: E402
+from reader.collation import collate  # noqa: E402
 
 PAGE = 4096
 CHUNK = 1 << 20

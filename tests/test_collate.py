@@ -1,4 +1,4 @@
-"""Tests for reader/collate.py: stacking, the three pad modes, masks, images, pass-through fields, errors."""
+"""Tests for reader/collation.py: stacking, the three pad modes, masks, images, pass-through fields, errors."""
 from __future__ import annotations
 
 import pickle
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.collate import Collate, collate
+from reader.collation import Collate, collate
 
 
 def _window(key: str, offset: float) -> dict:

@@ -143,7 +143,7 @@ def test_later_epochs_follow_the_new_topology(dataset_dir: Path) -> None:
 
 def test_stateful_dataloader_resume(dataset_dir: Path) -> None:
     sdl = pytest.importorskip("torchdata.stateful_dataloader")
-    from reader.collate import collate
+    from reader.collation import collate
 
     def run(state: dict | None, stop: int | None) -> tuple[list[str], dict]:
         ds = ShardDataset(dataset_dir, "train", seed=7, block=16, batch_size=BATCH)
