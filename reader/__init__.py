@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __all__ = ["ShardDataset", "ShardLoader", "collate", "Collate"]
 
+# public name -> the submodule that defines it. Imported on first access (PEP 562), because `export`
+# imports `reader.format` / `reader.manifest` and must not pull in torch. No submodule may be named
+# like a public name: the import system binds a submodule as an attribute of the package when it is
+# imported, which would shadow the public name (reader/collate.py did, until it became collation.py).
+_LAZY = {"ShardDataset": "reader.dataset", "ShardLoader": "reader.loader",
+         "collate": "reader.collation", "Collate": "reader.collation"}
+
 
 def __getattr__(name: str) -> Any:
-    """Lazy: `export` imports `reader.format`/`reader.manifest` without pulling in torch."""
-    if name == "ShardDataset":
-        from reader.dataset import ShardDataset
-        return ShardDataset
-    if name == "ShardLoader":
-        from reader.loader import ShardLoader
-        return ShardLoader
-    if name in ("collate", "Collate"):
-        from reader import collation as module
-        return getattr(module, name)
-    raise AttributeError(name)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
