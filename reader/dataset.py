@@ -112,9 +112,24 @@ class ShardDataset(IterableDataset):
         return -(-n // self.batch_size) if self.collate_fn is not None else n
 
     def set_epoch(self, epoch: int) -> None:
-        """Move to `epoch` (cursor at its start) unless the cursor is already in it (a resume)."""
+        """Move to `epoch` (cursor at its start) unless the cursor is already in it (a resume).
+
+        Explicit, so it wins over the automatic move to the next epoch: called after an epoch
+        ended (the cursor already at epoch + 1, position 0), `set_epoch(epoch)` reads that epoch again."""
         if epoch != self.epoch:
             self.epoch, self.start, self.history, self._yielded = int(epoch), 0, (), 0
+
+    def at_epoch_end(self) -> bool:
+        """Whether the cursor stands after the last sample of a non-empty epoch (a cursor saved there
+        by an earlier version, or `consumed` = the epoch length): the next pass is the next epoch."""
+        length = self.epoch_length()
+        return 0 < length <= self.start
+
+    def next_epoch(self, finished: int) -> None:
+        """The cursor moves to epoch `finished + 1`, position 0, if it is still in epoch `finished`
+        (an explicit `set_epoch` or `load_state_dict` in the meantime wins)."""
+        if self.epoch == finished:
+            self.set_epoch(finished + 1)
 
     # -- the cursor ------------------------------------------------------------------------------
     def cursor(self, consumed: int | None = None) -> dict[str, Any]:
@@ -151,21 +166,46 @@ class ShardDataset(IterableDataset):
 
     # -- reading ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        """The rest of the current epoch for this copy of the dataset (this DataLoader worker's share).
+
+        The cursor lives in the copy that hands the items out. A copy that reads the rank's whole
+        sequence (no DataLoader workers, as in `DataLoader(num_workers=0)` and torchdata's
+        `StatefulDataLoader(num_workers=0)`, or a single worker) moves itself to the next epoch just
+        before it hands out the epoch's last item: a new pass, and a `state_dict()` taken at that point,
+        are the next epoch from its start, whether or not the consumer went on to exhaust this pass
+        (Lightning takes exactly `len(loader)` batches and never does). With 2 or more workers no copy
+        sees the whole rank: a pass that ran to its end leaves the copy at the start of the same epoch
+        (a new iterator gets fresh copies of the parent's dataset anyway), so call `set_epoch` per epoch
+        or use `ShardLoader`, whose cursor lives in the parent."""
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         self._worker = (worker, workers)
+        if workers == 1 and (self.at_epoch_end() or self._share_done()):
+            self.next_epoch(self.epoch)  # a state saved after the last item by an earlier version
+        if workers > 1 and self._share_done() and self._holds_last_batch():
+            raise ValueError(
+                f"this state of a {workers}-worker StatefulDataLoader was saved after the last batch of epoch "
+                f"{self.epoch}: each worker gets only its own state, so none can tell that the others finished "
+                f"too, and the pass would be empty. Resume it with ShardLoader, or save before the last batch, "
+                f"or start a new loader without the state after ds.set_epoch({self.epoch + 1})")
+        epoch = self.epoch
         sequence = self.sequence()
         positions = worker_positions(self.epoch_length(), self.start, self.batch_size, workers, worker)
         unit = self.batch_size if self.collate_fn is not None else 1
         positions = positions[self._yielded * unit:]
+        items = -(-len(positions) // unit)  # what this pass hands out: samples, or batches
+        last = items - 1 if workers == 1 else -1  # the item after which this copy moves to the next epoch
         source = ShardSource(self.base, self.storage_options, self.verify)
         samples = self._samples(source, sequence[positions].tolist())
         if self.collate_fn is None:
-            for sample in samples:
+            for i, sample in enumerate(samples):
                 self._yielded += 1
+                if i == last:
+                    self.next_epoch(epoch)
                 if sample is not None:
                     yield sample
         else:
+            i = 0
             while chunk := list(itertools.islice(samples, self.batch_size)):
                 kept = [s for s in chunk if s is not None]
                 self._yielded += 1
@@ -174,10 +214,29 @@ class ShardDataset(IterableDataset):
                 batch = self.collate_fn(kept) if kept else {"__key__": []}
                 if isinstance(batch, dict):
                     batch["__skipped__"] = len(chunk) - len(kept)
+                if i == last:
+                    self.next_epoch(epoch)
+                i += 1
                 yield batch
-        # a finished pass leaves no cursor behind: iterating again (without set_epoch) replays the
-        # whole epoch, as a DistributedSampler-driven loader would
-        self.start, self._yielded = 0, 0
+        if workers > 1 and self.epoch == epoch:
+            # a worker's share ran to its end: this copy starts the same epoch again (persistent workers)
+            self.start, self._yielded = 0, 0
+
+    def _share_done(self) -> bool:
+        """Whether this copy has handed out every item of its share of the epoch (a loaded state)."""
+        if self._yielded == 0:
+            return False
+        worker, workers = self._worker
+        unit = self.batch_size if self.collate_fn is not None else 1
+        return self._yielded * unit >= len(worker_positions(self.epoch_length(), self.start, self.batch_size,
+                                                            workers, worker))
+
+    def _holds_last_batch(self) -> bool:
+        """Whether this worker's share holds the rank's last batch of the epoch (batches are dealt
+        round-robin from the cursor)."""
+        worker, workers = self._worker
+        batches = -(-(self.epoch_length() - self.start) // self.batch_size)
+        return batches > 0 and (batches - 1) % workers == worker
 
     def _samples(self, source: ShardSource, ids: list[int]) -> Iterator[dict[str, Any] | None]:
         """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding by up to

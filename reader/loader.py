@@ -46,23 +46,31 @@ class ShardLoader:
         self.dataset.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        """The rest of the current epoch; when it is exhausted, the cursor moves to the next epoch.
+        """The rest of the current epoch; the next iterator is the next epoch.
 
         The dataset's `start` is the cursor: the workers got their copy when the iterator was made,
-        so it is advanced here, batch by batch, as batches are handed out."""
+        so it is advanced here, in the parent, batch by batch, as batches are handed out. Just before
+        the epoch's last batch is handed out the cursor moves to the next epoch at position 0, so a
+        new iterator (and a `state_dict()` taken from then on) continues there even when this one is
+        never exhausted: Lightning takes exactly `len(loader)` batches per epoch and then asks for a
+        new iterator. An explicit `set_epoch` or `load_state_dict` after that point wins."""
         ds = self.dataset
         ds._yielded = 0
-        length, position = ds.epoch_length(), ds.start
+        if ds.at_epoch_end():  # a cursor saved at the very end of an epoch (an earlier version did)
+            ds.next_epoch(ds.epoch)
+        epoch, length, position = ds.epoch, ds.epoch_length(), ds.start
         loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, collate_fn=_already_collated,
                             **self.kwargs)
         for batch in loader:
             position = min(position + self.batch_size, length)
-            ds.start = position
+            if ds.epoch == epoch:  # not moved by an explicit set_epoch / load_state_dict meanwhile
+                if position >= length:
+                    ds.next_epoch(epoch)
+                else:
+                    ds.start = position
             if isinstance(batch, dict):
                 self.skipped += int(batch.pop("__skipped__", 0))
             yield batch
-        if position >= length:
-            ds.set_epoch(ds.epoch + 1)
 
     def state_dict(self) -> dict[str, Any]:
         """Small and JSON-serialisable: the plan parameters, the epoch and how far this rank got."""

@@ -5,6 +5,7 @@ ranks with explicit rank/world_size) and elastic changes of both."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from pathlib import Path
@@ -177,10 +178,46 @@ def test_transform_gets_a_deterministic_rng(dataset_dir: Path) -> None:
     assert head + consume(second, epochs=1) == reference
 
 
-def test_plain_dataset_iterates_again_after_a_full_pass(dataset_dir: Path) -> None:
+def test_plain_dataset_moves_to_the_next_epoch_after_a_full_pass(dataset_dir: Path) -> None:
+    """Iterated in this process, the dataset is its own cursor: the pass after a full one is the next
+    epoch (not an empty pass, not a replay); an explicit set_epoch still picks the epoch."""
     ds = ShardDataset(dataset_dir, "train", seed=7, block=16)
     first = [s["__key__"] for s in ds]
-    assert [s["__key__"] for s in ds] == first  # same epoch again, not an empty pass
-    ds.set_epoch(1)
+    assert ds.epoch == 1
     second = [s["__key__"] for s in ds]
     assert sorted(second) == sorted(first) and second != first
+    ds.set_epoch(0)
+    assert [s["__key__"] for s in ds] == first
+    ds.set_epoch(1)
+    assert [s["__key__"] for s in ds] == second
+
+
+def test_loader_epoch_ends_without_exhausting_the_iterator(dataset_dir: Path) -> None:
+    """Exactly len(loader) batches per iterator, as Lightning takes them: the next iterator is the next
+    epoch; a state saved right after the last batch is (next epoch, 0); an explicit set_epoch after
+    the end wins, even for the epoch just finished; a cursor saved at consumed = epoch length (as the
+    code before this fix did) resumes into the next epoch, not an empty one."""
+    def epoch_keys(loader: ShardLoader) -> list[str]:
+        return [k for b in itertools.islice(iter(loader), len(loader)) for k in b["__key__"]]
+
+    def plan(epoch: int) -> list[str]:
+        ds = ShardDataset(dataset_dir, "train", seed=7, block=16)
+        ds.set_epoch(epoch)
+        return [s["__key__"] for s in ds]
+
+    for workers in (0, 2):
+        loader = make_loader(dataset_dir, workers=workers)
+        assert epoch_keys(loader) == plan(0)
+        assert (loader.state_dict()["epoch"], loader.state_dict()["consumed"]) == (1, 0)
+        assert epoch_keys(loader) == plan(1)
+        loader.set_epoch(1)  # the epoch that just ended: read again
+        assert epoch_keys(loader) == plan(1)
+        loader.set_epoch(5)
+        assert epoch_keys(loader) == plan(5)
+        resumed = make_loader(dataset_dir, workers=workers)
+        resumed.load_state_dict(loader.state_dict())
+        assert epoch_keys(resumed) == plan(6)
+    old_end = {**make_loader(dataset_dir).state_dict(), "epoch": 3, "consumed": len(plan(0))}
+    resumed = make_loader(dataset_dir)
+    resumed.load_state_dict(old_end)
+    assert epoch_keys(resumed) == plan(4)
