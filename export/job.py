@@ -33,7 +33,7 @@ from export.executor import make_executor
 from export.fsio import fsync_write
 from export.plan import assign_splits, key_prefixes, pack_shards, window_order
 from export.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
-from export.report import build_manifest
+from export.report import SplitStats, build_manifest
 from export.store import StoreSchema, fingerprint, open_store
 from reader.format import END_OF_ARCHIVE
 
@@ -317,7 +317,8 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
         with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
             for done in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
                 bar.update(len(done))
-        records = [_load_record(work, job.index[ep]) for ep in ids]
+        split_stats = SplitStats()  # statistics folded record by record: not all episodes' at once
+        records = [split_stats.fold(_load_record(work, job.index[ep])) for ep in ids]
         failed = [r for r in records if r["error"]]
         if failed and config["on_bad_episode"] == "fail":
             listed = "\n  ".join(f"episode {r['episode_id']!r}" + (f", field {r['error']['field']!r}" if
@@ -336,7 +337,8 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
     finally:
         executor.close()
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
-                              shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id)
+                              shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
+                              split_stats=split_stats)
     publish(out, work, manifest)
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),

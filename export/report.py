@@ -11,7 +11,7 @@ from export import __version__
 from export.build import output_dtype
 from export.clips import MP4_CODEC
 from export.geometry import configured_size
-from export.stats import FieldStats, merge_all
+from export.stats import FieldStats, StatsAccumulator
 from export.validate import FPS_TOLERANCE
 from export.video_windows import MEMBER_EXT
 from reader.format import mask_field
@@ -78,22 +78,46 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
     return out
 
 
-def _dims_from_records(records: list[dict[str, Any]]) -> dict[str, int]:
-    dims: dict[str, int] = {}
-    for r in records:
-        for name, state in (r.get("stats") or {}).items():
-            if state is not None:
-                dims.setdefault(name, int(state["dims"]))
-    return dims
+class SplitStats:
+    """Per split and field accumulators that each staged record's statistics are folded into as the
+    record is loaded (and then dropped from it): memory is one folded state per split and field, not
+    one state per episode."""
+
+    def __init__(self) -> None:
+        self._acc: dict[str, dict[str, StatsAccumulator]] = {}
+
+    def fold(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Fold and drop `record["stats"]`; returns the record."""
+        states = record.pop("stats", None) or {}
+        if not record["error"]:
+            for name, state in states.items():
+                if state is not None:
+                    acc = self._acc.setdefault(record["split"], {}).setdefault(name, StatsAccumulator())
+                    acc.add(FieldStats.from_state(state))
+        return record
+
+    def result(self) -> dict[str, dict[str, FieldStats]]:
+        """split -> field -> merged statistics (fields without valid steps left out)."""
+        out: dict[str, dict[str, FieldStats]] = {}
+        for split, fields in self._acc.items():
+            for name, acc in fields.items():
+                merged = acc.result()
+                if merged is not None:
+                    out.setdefault(split, {})[name] = merged
+        return out
 
 
 def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str, Any],
                    records: list[dict[str, Any]], shards: list[dict[str, Any]], source: str,
-                   job_id: str) -> dict[str, Any]:
+                   job_id: str, split_stats: SplitStats) -> dict[str, Any]:
+    """`records` are the staged episode records with their statistics already folded into
+    `split_stats` (SplitStats.fold)."""
     good = [r for r in records if not r["error"]]
     fields = field_schema(schema, job)
-    for name, n in _dims_from_records(good).items():
-        fields[name]["shape"][1] = n
+    folded = split_stats.result()
+    for split in sorted(folded):
+        for name, merged in folded[split].items():
+            fields[name]["shape"][1] = merged.dims
     split_names = sorted({r["split"] for r in good} | {k for k, v in resolved["splits"].items()})
     splits: dict[str, Any] = {}
     stats: dict[str, Any] = {}
@@ -103,13 +127,8 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
         splits[split] = {"episodes": [r["episode_id"] for r in members],
                          "samples": sum(s["samples"] for s in listed), "bytes": sum(s["bytes"] for s in listed),
                          "shards": listed}
-        merged = {}
-        for name in job.build.windows:
-            total = merge_all([FieldStats.from_state(r["stats"][name]) for r in members
-                               if r["stats"].get(name) is not None])
-            if total is not None:
-                merged[name] = total.summary()
-        stats[split] = merged
+        stats[split] = {name: folded[split][name].summary() for name in job.build.windows
+                        if name in folded.get(split, {})}
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__, "job_id": job_id,
             "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,
             "splits": splits, "stats": stats, "report": export_report(schema.root, records, shards)}

@@ -55,7 +55,9 @@ MAX_DIMS = 2048  # the dimension index takes the top 11 bits of a bucket key
 _DIM_SHIFT = np.uint64(53)  # key = dim << 53 | float bits >> 11: sign (1), exponent (11), mantissa (41)
 _GROUP_SHIFT = np.uint64(41)  # key >> 41 = (dim, sign, exponent): one binade of one dimension
 _FINEST, _COARSEST = 1, 41  # t: the low t bits of a key are the bucket's; bit t-1 is set as its marker
-_FOLD_ENTRIES = 1 << 20  # an accumulator folds its buffered parts once they hold this many buckets
+_FOLD_ENTRIES = 1 << 18  # an accumulator folds its buffered parts once they hold this many buckets (8 MB)
+_MANTISSA = np.uint64((1 << 41) - 1)
+_DENSE_SPAN = 4096  # a binade whose buckets span at most this many slots gets a direct lookup table
 
 
 @dataclass
@@ -239,15 +241,63 @@ def merge_all(parts: list[FieldStats | None]) -> FieldStats | None:
     return acc.result()
 
 
+class _Index:
+    """Where each bucket of a canonical state sits in its sorted arrays, for folding parts without a
+    sort: per binade a table over its bucket range when that is at most `_DENSE_SPAN` wide (a
+    clustered binade), else a binary search. Size: O(buckets of the state + dims * 4096)."""
+
+    def __init__(self, keys: np.ndarray, dims: int) -> None:
+        self.keys = keys  # [K] sorted
+        groups, starts = np.unique(keys >> _GROUP_SHIFT, return_index=True)  # [G]
+        ends = np.append(starts[1:], len(keys))  # [G]
+        g = len(groups)  # an extra group g stands for binades the state does not have
+        self.table = np.full(dims << 12, g, np.int64)  # (dim, sign, exponent) -> group
+        self.table[groups.astype(np.int64)] = np.arange(g)
+        self.t = np.append(_resolution(keys[starts]), np.uint64(0))  # [G+1]; 0: nothing matches
+        self.low = (np.uint64(1) << self.t) - np.uint64(1)  # [G+1] a part bucket at t' <= t has a bit here
+        index = ((keys & _MANTISSA) >> np.repeat(self.t[:g], ends - starts)).view(np.int64)  # [K] in binade
+        self.base = np.append(index[starts], 0)  # [G+1]
+        span = index[ends - 1] - self.base[:g] + 1  # [G]
+        self.far = np.append(span > _DENSE_SPAN, False)  # [G+1] binades looked up by binary search
+        self.span = np.append(np.where(self.far[:g], 0, span), 0)  # [G+1]
+        self.offset = np.concatenate([[0], np.cumsum(self.span)]).astype(np.int64)  # [G+1]
+        self.lookup = np.full(int(self.span.sum()) + 1, len(keys), np.int64)  # last: a miss
+        group = np.repeat(np.arange(g), ends - starts)  # [K]
+        inside = ~self.far[group]
+        self.lookup[self.offset[group[inside]] + index[inside] - self.base[group[inside]]] = np.flatnonzero(inside)
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """[P] position of the state's bucket holding each part bucket; len(state) where there is none
+        at the state's resolution (a new bucket, a new binade, or a part coarser than the state)."""
+        group = self.table[(keys >> _GROUP_SHIFT).view(np.int64)]  # [P]
+        t = self.t[group]
+        rel = ((keys & _MANTISSA) >> t).view(np.int64) - self.base[group]
+        ok = (keys & self.low[group]) != 0  # the part's bucket is no coarser than the state's here
+        near = ok & (rel >= 0) & (rel < self.span[group])
+        miss = len(self.lookup) - 1
+        pos = self.lookup[np.where(near, self.offset[group] + rel, miss)]
+        far = np.flatnonzero(ok & self.far[group])
+        if len(far):
+            wanted = _bucket(keys[far], t[far])
+            at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
+            pos[far] = np.where(self.keys[at] == wanted, at, len(self.keys))
+        return pos
+
+
 class StatsAccumulator:
     """Folds FieldStats one at a time into one state. Memory: the folded state (bounded by the value
-    range, see the module docstring) plus a buffer of at most ~`_FOLD_ENTRIES` buckets (~32 MB)
-    that is folded in one vectorised merge, never one state per episode."""
+    range, see the module docstring) plus a buffer of at most ~`_FOLD_ENTRIES` part buckets, folded
+    in one vectorised step: buckets the state already has are added in place (no sort), only new
+    ones go through `_normalise` with the state."""
 
     def __init__(self) -> None:
-        self._state: FieldStats | None = None
         self._buffer: list[FieldStats] = []
         self._buffered = 0
+        self._count = 0
+        self._min = self._max = None
+        self._moments: Moments | None = None
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._index: _Index | None = None
 
     def add(self, part: FieldStats) -> None:
         self._buffer.append(part)
@@ -256,19 +306,36 @@ class StatsAccumulator:
             self._fold()
 
     def _fold(self) -> None:
-        parts = self._buffer + ([self._state] if self._state is not None else [])
-        self._buffer, self._buffered = [], 0
+        parts, self._buffer, self._buffered = self._buffer, [], 0
         if not parts:
             return
-        dims = {p.dims for p in parts}
+        dims = {p.dims for p in parts} | ({self._min.shape[0]} if self._min is not None else set())
         if len(dims) != 1:
             raise ValueError(f"cannot merge statistics of different widths {sorted(dims)}")
-        keys, counts, lo, hi = _normalise(*(np.concatenate([getattr(p, k) for p in parts])
-                                            for k in ("keys", "counts", "lo", "hi")))
-        self._state = FieldStats(sum(p.count for p in parts), np.min([p.min for p in parts], axis=0),
-                                 np.max([p.max for p in parts], axis=0), Moments.sum([p.moments for p in parts]),
-                                 keys, counts, lo, hi)
+        mins = [p.min for p in parts] + ([self._min] if self._min is not None else [])
+        maxs = [p.max for p in parts] + ([self._max] if self._max is not None else [])
+        self._count += sum(p.count for p in parts)
+        self._min, self._max = np.min(mins, axis=0), np.max(maxs, axis=0)
+        self._moments = Moments.sum([p.moments for p in parts] + ([self._moments] if self._moments else []))
+        new = tuple(np.concatenate([getattr(p, k) for p in parts]) for k in ("keys", "counts", "lo", "hi"))
+        if self._arrays is not None and self._index is not None:
+            keys, counts, lo, hi = self._arrays  # one extra slot at the end takes the misses
+            pos = self._index.find(new[0])
+            np.add.at(counts, pos, new[1])
+            np.minimum.at(lo, pos, new[2])
+            np.maximum.at(hi, pos, new[3])
+            miss = pos == len(keys) - 1
+            if not miss.any():
+                return
+            new = tuple(np.concatenate([a[:-1], b[miss]]) for a, b in zip(self._arrays, new))
+        keys, counts, lo, hi = _normalise(*new)
+        self._arrays = (np.append(keys, np.uint64(0)), np.append(counts, 0), np.append(lo, np.inf),
+                        np.append(hi, -np.inf))
+        self._index = _Index(keys, dims.pop())
 
     def result(self) -> FieldStats | None:
         self._fold()
-        return self._state
+        if self._arrays is None or self._moments is None or self._min is None or self._max is None:
+            return None
+        keys, counts, lo, hi = (a[:-1].copy() for a in self._arrays)
+        return FieldStats(self._count, self._min.copy(), self._max.copy(), self._moments, keys, counts, lo, hi)
