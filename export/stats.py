@@ -122,14 +122,24 @@ class FieldStats:
         return cls(len(v), v.min(axis=0), v.max(axis=0), Moments.of(len(v), mean, m2), keys, counts, lo, hi)
 
     def to_state(self) -> dict:
-        """Compact, msgpack-able state: arrays as little-endian bytes, the exact sums' integers as
-        signed little-endian bytes (msgpack has no big integers)."""
+        """Compact, msgpack-able state (job.py stages one per episode and field). Arrays are
+        little-endian bytes; the exact sums' integers signed little-endian bytes (msgpack has no big
+        integers). A bucket holding one distinct value (most of an episode's: ~600 per dimension)
+        is stored as that value and its count: its key follows from the value and its binade's
+        resolution (`groups`/`t`). 10 instead of 32 bytes per bucket: ~140 KB for 26 dims x 600
+        steps, the old 512-point sketch's size."""
+        single = self.lo.view(np.uint64) == self.hi.view(np.uint64)  # [K]; bitwise: -0.0 != +0.0
+        groups, starts = np.unique(self.keys >> _GROUP_SHIFT, return_index=True)
+        dim_of = (self.keys[single] >> _DIM_SHIFT).astype(np.int64)
         return {"count": self.count, "dims": self.dims,
                 "min": _le(self.min, "<f8"), "max": _le(self.max, "<f8"),
                 "moment_exp": _le(self.moments.exp, "<i8"),
                 "moment_num": [_int_bytes(int(n)) for n in self.moments.num.ravel()],
-                "keys": _le(self.keys, "<u8"), "counts": _le(self.counts, "<i8"),
-                "lo": _le(self.lo, "<f8"), "hi": _le(self.hi, "<f8")}
+                "groups": _le(groups, "<u8"), "t": _le(_resolution(self.keys[starts]), "u1"),
+                "single_per_dim": _le(np.bincount(dim_of, minlength=self.dims), "<u4"),
+                "single_value": _le(self.lo[single], "<f8"), "single_count": _counts_bytes(self.counts[single]),
+                "keys": _le(self.keys[~single], "<u8"), "counts": _counts_bytes(self.counts[~single]),
+                "lo": _le(self.lo[~single], "<f8"), "hi": _le(self.hi[~single], "<f8")}
 
     @classmethod
     def from_state(cls, state: dict) -> "FieldStats":
@@ -137,9 +147,18 @@ class FieldStats:
         num = np.empty(3 * dims, dtype=object)
         num[:] = [int.from_bytes(b, "little", signed=True) for b in state["moment_num"]]
         moments = Moments(num.reshape(3, dims), np.frombuffer(state["moment_exp"], "<i8").reshape(3, dims))
+        value = np.frombuffer(state["single_value"], "<f8")  # [S] sorted by key
+        per_dim = np.frombuffer(state["single_per_dim"], "<u4")  # [N]
+        raw = _raw_keys(value[:, None]).ravel() | (np.repeat(np.arange(dims, dtype=np.uint64), per_dim) << _DIM_SHIFT)
+        groups, t = np.frombuffer(state["groups"], "<u8"), np.frombuffer(state["t"], "u1").astype(np.uint64)
+        single_keys = _bucket(raw, t[np.searchsorted(groups, raw >> _GROUP_SHIFT)])
+        keys = np.concatenate([single_keys, np.frombuffer(state["keys"], "<u8")])
+        order = np.argsort(keys, kind="stable")  # two sorted runs: a linear merge
+        counts = np.concatenate([_counts_array(state["single_count"]), _counts_array(state["counts"])])
+        lo = np.concatenate([value, np.frombuffer(state["lo"], "<f8")])
+        hi = np.concatenate([value, np.frombuffer(state["hi"], "<f8")])
         return cls(int(state["count"]), np.frombuffer(state["min"], "<f8"), np.frombuffer(state["max"], "<f8"),
-                   moments, np.frombuffer(state["keys"], "<u8"), np.frombuffer(state["counts"], "<i8"),
-                   np.frombuffer(state["lo"], "<f8"), np.frombuffer(state["hi"], "<f8"))
+                   moments, keys[order], counts[order], lo[order], hi[order])
 
     def summary(self) -> dict[str, object]:
         """The manifest's entry: count, mean, std (population), min, max, q01, q99 per dimension."""
@@ -161,6 +180,16 @@ class FieldStats:
 
 def _le(a: np.ndarray, dtype: str) -> bytes:
     return np.ascontiguousarray(a, dtype=dtype).tobytes()
+
+
+def _counts_bytes(counts: np.ndarray) -> bytes:
+    """Counts in the narrowest unsigned type that holds them, that type's code first."""
+    code = next(c for c in "BHIQ" if len(counts) == 0 or int(counts.max()) < 1 << (8 * np.dtype(c).itemsize))
+    return code.encode() + _le(counts, "<" + code)
+
+
+def _counts_array(data: bytes) -> np.ndarray:
+    return np.frombuffer(data[1:], "<" + data[:1].decode()).astype(np.int64)
 
 
 def _int_bytes(n: int) -> bytes:
