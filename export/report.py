@@ -93,7 +93,7 @@ class SplitStats:
             for name, state in states.items():
                 if state is not None:
                     acc = self._acc.setdefault(record["split"], {}).setdefault(name, StatsAccumulator())
-                    acc.add(FieldStats.from_state(state))
+                    acc.add_state(state)
         return record
 
     def result(self) -> dict[str, dict[str, FieldStats]]:

@@ -57,6 +57,7 @@ _GROUP_SHIFT = np.uint64(41)  # key >> 41 = (dim, sign, exponent): one binade of
 _FINEST, _COARSEST = 1, 41  # t: the low t bits of a key are the bucket's; bit t-1 is set as its marker
 _FOLD_ENTRIES = 1 << 18  # an accumulator folds its buffered parts once they hold this many buckets (8 MB)
 _MANTISSA = np.uint64((1 << 41) - 1)
+_RECORD_SHIFT = np.uint64(23)  # (state index, dim, sign, exponent) when decoding many staged states
 _DENSE_SPAN = 4096  # a binade whose buckets span at most this many slots gets a direct lookup table
 
 
@@ -78,10 +79,11 @@ class Moments:
         return cls(num, np.stack([ea.astype(np.int64) - 53, e, 2 * e]))
 
     @classmethod
-    def sum(cls, parts: list["Moments"]) -> "Moments":
-        """Exact sum; the exponent is the least over the parts, so the result is order-free."""
-        nums = np.stack([p.num for p in parts])  # [P, 3, N]
-        exps = np.stack([p.exp for p in parts])  # [P, 3, N]
+    def sum(cls, parts: list["Moments"], more: tuple[np.ndarray, np.ndarray] | None = None) -> "Moments":
+        """Exact sum of `parts` and `more` ([R, 3, N] nums and exps); the exponent is the least over
+        them all, so the result is order-free."""
+        nums = np.concatenate([p.num[None] for p in parts] + ([more[0]] if more is not None else []))  # [P, 3, N]
+        exps = np.concatenate([p.exp[None] for p in parts] + ([more[1]] if more is not None else []))  # [P, 3, N]
         low = exps.min(axis=0)  # [3, N]
         return cls((nums << (exps - low)).sum(axis=0), low)
 
@@ -143,22 +145,10 @@ class FieldStats:
 
     @classmethod
     def from_state(cls, state: dict) -> "FieldStats":
-        dims = int(state["dims"])
-        num = np.empty(3 * dims, dtype=object)
-        num[:] = [int.from_bytes(b, "little", signed=True) for b in state["moment_num"]]
-        moments = Moments(num.reshape(3, dims), np.frombuffer(state["moment_exp"], "<i8").reshape(3, dims))
-        value = np.frombuffer(state["single_value"], "<f8")  # [S] sorted by key
-        per_dim = np.frombuffer(state["single_per_dim"], "<u4")  # [N]
-        raw = _raw_keys(value[:, None]).ravel() | (np.repeat(np.arange(dims, dtype=np.uint64), per_dim) << _DIM_SHIFT)
-        groups, t = np.frombuffer(state["groups"], "<u8"), np.frombuffer(state["t"], "u1").astype(np.uint64)
-        single_keys = _bucket(raw, t[np.searchsorted(groups, raw >> _GROUP_SHIFT)])
-        keys = np.concatenate([single_keys, np.frombuffer(state["keys"], "<u8")])
-        order = np.argsort(keys, kind="stable")  # two sorted runs: a linear merge
-        counts = np.concatenate([_counts_array(state["single_count"]), _counts_array(state["counts"])])
-        lo = np.concatenate([value, np.frombuffer(state["lo"], "<f8")])
-        hi = np.concatenate([value, np.frombuffer(state["hi"], "<f8")])
-        return cls(int(state["count"]), np.frombuffer(state["min"], "<f8"), np.frombuffer(state["max"], "<f8"),
-                   moments, keys[order], counts[order], lo[order], hi[order])
+        staged = _Staged.decode([state])
+        order = np.argsort(staged.keys, kind="stable")  # two sorted runs (one-value buckets, others)
+        return cls(staged.count, staged.min[0], staged.max[0], Moments(staged.num[0], staged.exp[0]),
+                   staged.keys[order], staged.counts[order], staged.lo[order], staged.hi[order])
 
     def summary(self) -> dict[str, object]:
         """The manifest's entry: count, mean, std (population), min, max, q01, q99 per dimension."""
@@ -270,6 +260,48 @@ def merge_all(parts: list[FieldStats | None]) -> FieldStats | None:
     return acc.result()
 
 
+@dataclass
+class _Staged:
+    """Many staged states decoded at once (a few dozen numpy calls per batch instead of per state);
+    buckets unsorted: folding does not need them sorted."""
+    count: int
+    min: np.ndarray  # [R, N]
+    max: np.ndarray  # [R, N]
+    num: np.ndarray  # [R, 3, N] object
+    exp: np.ndarray  # [R, 3, N] int64
+    keys: np.ndarray  # [K] uint64
+    counts: np.ndarray  # [K] int64
+    lo: np.ndarray  # [K]
+    hi: np.ndarray  # [K]
+
+    @classmethod
+    def decode(cls, states: list[dict]) -> "_Staged":
+        dims = {int(s["dims"]) for s in states}
+        if len(dims) != 1:
+            raise ValueError(f"cannot merge statistics of different widths {sorted(dims)}")
+        n, r = dims.pop(), len(states)
+
+        def joined(key: str, dtype: str) -> np.ndarray:
+            return np.frombuffer(b"".join(s[key] for s in states), dtype)
+
+        num = np.empty(r * 3 * n, dtype=object)
+        num[:] = [int.from_bytes(b, "little", signed=True) for s in states for b in s["moment_num"]]
+        value = joined("single_value", "<f8")  # [S]
+        per_dim = joined("single_per_dim", "<u4").astype(np.int64)  # [R*N]
+        dim = np.repeat(np.tile(np.arange(n, dtype=np.uint64), r), per_dim)  # [S]
+        record = np.repeat(np.arange(r, dtype=np.uint64), per_dim.reshape(r, n).sum(axis=1))  # [S]
+        raw = _raw_keys(value[:, None]).ravel() | (dim << _DIM_SHIFT)
+        groups = joined("groups", "<u8")  # [G] sorted within each state
+        owner = np.repeat(np.arange(r, dtype=np.uint64), [len(s["groups"]) // 8 for s in states])
+        where = np.searchsorted((owner << _RECORD_SHIFT) | groups, (record << _RECORD_SHIFT) | (raw >> _GROUP_SHIFT))
+        t = joined("t", "u1").astype(np.uint64)  # [G]
+        return cls(sum(int(s["count"]) for s in states), joined("min", "<f8").reshape(r, n),
+                   joined("max", "<f8").reshape(r, n), num.reshape(r, 3, n), joined("moment_exp", "<i8").reshape(r, 3, n),
+                   np.concatenate([_bucket(raw, t[where]), joined("keys", "<u8")]),
+                   np.concatenate([_counts_array(s[k]) for k in ("single_count", "counts") for s in states]),
+                   np.concatenate([value, joined("lo", "<f8")]), np.concatenate([value, joined("hi", "<f8")]))
+
+
 class _Index:
     """Where each bucket of a canonical state sits in its sorted arrays, for folding parts without a
     sort: per binade a table over its bucket range when that is at most `_DENSE_SPAN` wide (a
@@ -314,39 +346,55 @@ class _Index:
 
 
 class StatsAccumulator:
-    """Folds FieldStats one at a time into one state. Memory: the folded state (bounded by the value
-    range, see the module docstring) plus a buffer of at most ~`_FOLD_ENTRIES` part buckets, folded
-    in one vectorised step: buckets the state already has are added in place (no sort), only new
-    ones go through `_normalise` with the state."""
+    """Folds FieldStats (or their staged states) one at a time into one state. Memory: the folded
+    state (bounded by the value range, see the module docstring) plus a buffer of at most
+    ~`_FOLD_ENTRIES` part buckets, folded in one vectorised step: buckets the state already has are
+    added in place (no sort), only new ones go through `_normalise` with the state."""
 
     def __init__(self) -> None:
-        self._buffer: list[FieldStats] = []
+        self._parts: list[FieldStats] = []
+        self._states: list[dict] = []
         self._buffered = 0
         self._count = 0
-        self._min = self._max = None
+        self._min: np.ndarray | None = None  # [N]
+        self._max: np.ndarray | None = None  # [N]
         self._moments: Moments | None = None
-        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # + a miss slot
         self._index: _Index | None = None
 
     def add(self, part: FieldStats) -> None:
-        self._buffer.append(part)
+        self._parts.append(part)
         self._buffered += len(part.keys)
         if self._buffered >= _FOLD_ENTRIES:
             self._fold()
 
+    def add_state(self, state: dict) -> None:
+        """A staged state (FieldStats.to_state), decoded with the others of its batch."""
+        self._states.append(state)
+        self._buffered += (len(state["single_value"]) + len(state["keys"])) // 8
+        if self._buffered >= _FOLD_ENTRIES:
+            self._fold()
+
     def _fold(self) -> None:
-        parts, self._buffer, self._buffered = self._buffer, [], 0
-        if not parts:
+        parts, states = self._parts, self._states
+        self._parts, self._states, self._buffered = [], [], 0
+        if not parts and not states:
             return
-        dims = {p.dims for p in parts} | ({self._min.shape[0]} if self._min is not None else set())
+        dims = {p.dims for p in parts} | ({int(states[0]["dims"])} if states else set()) | (
+            {self._min.shape[0]} if self._min is not None else set())
         if len(dims) != 1:
             raise ValueError(f"cannot merge statistics of different widths {sorted(dims)}")
-        mins = [p.min for p in parts] + ([self._min] if self._min is not None else [])
-        maxs = [p.max for p in parts] + ([self._max] if self._max is not None else [])
-        self._count += sum(p.count for p in parts)
-        self._min, self._max = np.min(mins, axis=0), np.max(maxs, axis=0)
-        self._moments = Moments.sum([p.moments for p in parts] + ([self._moments] if self._moments else []))
-        new = tuple(np.concatenate([getattr(p, k) for p in parts]) for k in ("keys", "counts", "lo", "hi"))
+        staged = _Staged.decode(states) if states else None
+        mins = [p.min[None] for p in parts] + ([staged.min] if staged else []) + (
+            [self._min[None]] if self._min is not None else [])
+        maxs = [p.max[None] for p in parts] + ([staged.max] if staged else []) + (
+            [self._max[None]] if self._max is not None else [])
+        self._count += sum(p.count for p in parts) + (staged.count if staged else 0)
+        self._min, self._max = np.concatenate(mins).min(axis=0), np.concatenate(maxs).max(axis=0)
+        moments = [p.moments for p in parts] + ([self._moments] if self._moments else [])
+        self._moments = Moments.sum(moments, (staged.num, staged.exp) if staged else None)
+        new = tuple(np.concatenate([getattr(p, k) for p in parts] + ([getattr(staged, k)] if staged else []))
+                    for k in ("keys", "counts", "lo", "hi"))
         if self._arrays is not None and self._index is not None:
             keys, counts, lo, hi = self._arrays  # one extra slot at the end takes the misses
             pos = self._index.find(new[0])

@@ -137,7 +137,7 @@ def fold_new(records: list[bytes], episodes: int) -> dict[str, Any]:
     """As job.py + report.SplitStats do: each record folded as it is loaded."""
     acc = StatsAccumulator()
     for i in range(episodes):
-        acc.add(FieldStats.from_state(msgpack.unpackb(records[i % len(records)], raw=False)))
+        acc.add_state(msgpack.unpackb(records[i % len(records)], raw=False))
     merged = acc.result()
     assert merged is not None
     return merged.summary()

@@ -131,7 +131,12 @@ def test_any_order_and_grouping_gives_identical_bytes(seed: int, sizes: list[int
     cuts = sorted(shuffle.sample(range(1, len(order)), shuffle.randint(0, len(order) - 1)))  # type: ignore[attr-defined]
     groups = [order[a:b] for a, b in zip([0, *cuts], [*cuts, len(order)])]
     with mock.patch.object(stats_module, "_FOLD_ENTRIES", fold_entries):  # fold after every part .. never
-        grouped = [staged(merge_all([partials[i] for i in g])) for g in groups]
+        grouped = []
+        for n, g in enumerate(groups):  # staged states (as job.py folds them) or FieldStats (as build.py)
+            acc = StatsAccumulator()
+            for i in g:
+                acc.add_state(partials[i].to_state()) if n % 2 else acc.add(partials[i])
+            grouped.append(staged(acc.result()))
         shuffle.shuffle(grouped)  # type: ignore[attr-defined]
         again = merge_all(grouped)
     assert state_bytes(again) == state_bytes(reference)
@@ -183,9 +188,9 @@ def test_quantile_lies_in_the_true_quantiles_bucket(seed: int, sizes: list[int],
 
 
 def test_rank_error_on_realistic_signals_is_below_half_a_percent() -> None:
-    """1,000 episodes of 600 steps of each signal kind: q01/q99 within 0.5% in rank of the exact
+    """400 episodes of 600 steps of each signal kind: q01/q99 within 0.5% in rank of the exact
     quantile of the concatenated data (measured worst here: see the printed figures)."""
-    parts = episodes(11, [600] * 1000, KINDS)
+    parts = episodes(11, [600] * 400, KINDS)
     whole = np.sort(np.concatenate(parts), axis=0)
     summary = merge_all([FieldStats.of(p) for p in parts]).summary()
     worst = {k: max(rank_error(whole[:, d], summary[name][d], q) for name, q in QUANTILES.items())
@@ -208,7 +213,7 @@ def test_100k_episodes_fold_in_bounded_memory() -> None:
     began = time.perf_counter()
     acc = StatsAccumulator()
     for i in range(100_000):
-        acc.add(FieldStats.from_state(msgpack.unpackb(records[i % len(records)], raw=False)))
+        acc.add_state(msgpack.unpackb(records[i % len(records)], raw=False))
     merged = acc.result()
     summary = merged.summary()
     elapsed = time.perf_counter() - began
