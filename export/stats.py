@@ -54,7 +54,7 @@ MAX_DIMS = 2048  # the dimension index takes the top 11 bits of a bucket key
 
 _DIM_SHIFT = np.uint64(53)  # key = dim << 53 | float bits >> 11: sign (1), exponent (11), mantissa (41)
 _GROUP_SHIFT = np.uint64(41)  # key >> 41 = (dim, sign, exponent): one binade of one dimension
-_FINEST, _COARSEST = 1, 41  # t: the low t bits of a key are the bucket's; bit t-1 is set as its marker
+_FINEST = 1  # t, 1..41: the low t bits of a key are the bucket's, bit t-1 set as its marker (41: whole binade)
 _FOLD_ENTRIES = 1 << 18  # an accumulator folds its buffered parts once they hold this many buckets (8 MB)
 _MANTISSA = np.uint64((1 << 41) - 1)
 _RECORD_SHIFT = np.uint64(23)  # (state index, dim, sign, exponent) when decoding many staged states
@@ -70,6 +70,8 @@ class Moments:
     @classmethod
     def of(cls, count: int, mean: np.ndarray, m2: np.ndarray) -> "Moments":
         """From float64 partials [N]: every float64 is m * 2**e exactly (m a 53-bit integer)."""
+        if not (np.isfinite(mean).all() and np.isfinite(m2).all()):  # |values| beyond ~1e154 square to inf
+            raise ValueError("statistics overflow float64: values too large to square")
         fm, em = np.frexp(mean)
         fa, ea = np.frexp(m2)
         m = (fm * 2.0 ** 53).astype(np.int64).astype(object)  # [N]
@@ -117,10 +119,9 @@ class FieldStats:
             raise ValueError(f"statistics support at most {MAX_DIMS} dimensions per field, got {v.shape[1]}")
         mean = v.mean(axis=0)
         m2 = ((v - mean) ** 2).sum(axis=0)
-        keys = _bucket(_raw_keys(v).ravel(), np.uint64(_FINEST))  # [M*N]
-        flat = v.ravel()
-        ones = np.ones(len(flat), np.int64)
-        keys, counts, lo, hi = _normalise(keys, ones, flat, flat)
+        flat = _key_order(v)  # [N*M]
+        keys = _bucket(_raw_keys(flat.reshape(v.shape[1], -1).T).T.ravel(), np.uint64(_FINEST))  # [N*M] sorted
+        keys, counts, lo, hi = _normalise(keys, np.ones(len(flat), np.int64), flat, flat, presorted=True)
         return cls(len(v), v.min(axis=0), v.max(axis=0), Moments.of(len(v), mean, m2), keys, counts, lo, hi)
 
     def to_state(self) -> dict:
@@ -186,6 +187,18 @@ def _int_bytes(n: int) -> bytes:
     return n.to_bytes(n.bit_length() // 8 + 1, "little", signed=True)
 
 
+def _key_order(v: np.ndarray) -> np.ndarray:
+    """[M, N] -> [N*M] the values dimension by dimension in the order of their keys, by a float sort
+    per column (an argsort of the keys costs ~2x): keys order |x| < ZERO_BELOW first, then positive
+    values ascending, then negative ones by ascending magnitude (the sign bit is the key's top)."""
+    out = []
+    for col in np.sort(v, axis=0).T:  # [M] ascending
+        neg = np.searchsorted(col, -ZERO_BELOW, side="right")  # x <= -ZERO_BELOW: negative keys
+        zero = np.searchsorted(col, ZERO_BELOW, side="left")  # |x| < ZERO_BELOW: the zero bucket
+        out += [col[neg:zero], col[zero:], col[:neg][::-1]]
+    return np.concatenate(out)
+
+
 def _raw_keys(v: np.ndarray) -> np.ndarray:
     """[M, N] float64 -> [M, N] uint64 dim << 53 | bits >> 11; |x| < ZERO_BELOW (and -0.0) -> +0.0."""
     clean = np.where(np.abs(v) < ZERO_BELOW, 0.0, v)
@@ -204,31 +217,36 @@ def _resolution(keys: np.ndarray) -> np.ndarray:
     return np.frexp(low.astype(np.float64))[1].astype(np.uint64)  # low = 2**(t-1) exactly
 
 
-def _reduce(keys: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One entry per distinct key, sorted: counts add, lo is the min, hi the max."""
-    order = np.argsort(keys, kind="stable")
-    k = keys[order]
-    starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-    return (k[starts], np.add.reduceat(counts[order], starts), np.minimum.reduceat(lo[order], starts),
-            np.maximum.reduceat(hi[order], starts))
+def _reduce_sorted(keys: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One entry per distinct key of sorted `keys`: counts add, lo is the min, hi the max."""
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    return (keys[starts], np.add.reduceat(counts, starts), np.minimum.reduceat(lo, starts),
+            np.maximum.reduceat(hi, starts))
 
 
-def _normalise(keys: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
+def _normalise(keys: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, presorted: bool = False
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Bring bucket entries (any resolutions, repeats allowed) to the canonical state: per binade the
     coarsest resolution among them, coarsened further while it holds more than BINADE_BUCKETS buckets.
-    The result depends only on the multiset of entries, so merging is order- and grouping-free."""
-    groups, where = np.unique(keys >> _GROUP_SHIFT, return_inverse=True)  # [G], [K]
-    t = np.zeros(len(groups), np.uint64)
-    np.maximum.at(t, where, _resolution(keys))
+    The result depends only on the multiset of entries, so merging is order- and grouping-free.
+    One sort: coarsening keeps sorted keys sorted."""
+    if not presorted:
+        order = np.argsort(keys)  # ties are merged by commutative ops: any sort gives the same result
+        keys, counts, lo, hi = keys[order], counts[order], lo[order], hi[order]
+    keys, counts, lo, hi = _reduce_sorted(keys, counts, lo, hi)
+    group = keys >> _GROUP_SHIFT  # [K] sorted
+    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))  # [G]
+    groups = group[starts]
+    t = np.maximum.reduceat(_resolution(keys), starts)  # [G]
+    where = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(keys))))  # [K] group of each key
     while True:
-        keys, counts, lo, hi = _reduce(_bucket(keys, t[where]), counts, lo, hi)
+        keys, counts, lo, hi = _reduce_sorted(_bucket(keys, t[where]), counts, lo, hi)
         where = np.searchsorted(groups, keys >> _GROUP_SHIFT)
         over = np.bincount(where, minlength=len(groups)) > BINADE_BUCKETS  # [G]
         if not over.any():
             return keys, counts, lo, hi
-        t[over] += np.uint64(1)  # t reaches _COARSEST (one bucket per binade) at worst
+        t[over] += np.uint64(1)  # reaches 41 (one bucket per binade) at worst
 
 
 def _quantile(counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float, vmin: float, vmax: float) -> float:
