@@ -55,9 +55,8 @@ MAX_DIMS = 2048  # the dimension index takes the top 11 bits of a bucket key
 _DIM_SHIFT = np.uint64(53)  # key = dim << 53 | float bits >> 11: sign (1), exponent (11), mantissa (41)
 _GROUP_SHIFT = np.uint64(41)  # key >> 41 = (dim, sign, exponent): one binade of one dimension
 _FINEST = 1  # t, 1..41: the low t bits of a key are the bucket's, bit t-1 set as its marker (41: whole binade)
-_FOLD_ENTRIES = 1 << 18  # an accumulator folds its buffered parts once they hold this many buckets (8 MB)
+_FOLD_ENTRIES = 1 << 17  # an accumulator folds its buffered parts once they hold this many buckets (~4 MB)
 _MANTISSA = np.uint64((1 << 41) - 1)
-_RECORD_SHIFT = np.uint64(23)  # (state index, dim, sign, exponent) when decoding many staged states
 _DENSE_SPAN = 4096  # a binade whose buckets span at most this many slots gets a direct lookup table
 
 
@@ -129,17 +128,16 @@ class FieldStats:
         little-endian bytes; the exact sums' integers signed little-endian bytes (msgpack has no big
         integers). A bucket holding one distinct value (most of an episode's: ~600 per dimension)
         is stored as that value and its count: its key follows from the value and its binade's
-        resolution (`groups`/`t`). 10 instead of 32 bytes per bucket: ~140 KB for 26 dims x 600
-        steps, the old 512-point sketch's size."""
+        resolution (`groups`/`t`, with how many one-value buckets each binade has: <= 256, so u2).
+        10 instead of 32 bytes per bucket: ~140 KB for 26 dims x 600 steps, the old sketch's size."""
         single = self.lo.view(np.uint64) == self.hi.view(np.uint64)  # [K]; bitwise: -0.0 != +0.0
-        groups, starts = np.unique(self.keys >> _GROUP_SHIFT, return_index=True)
-        dim_of = (self.keys[single] >> _DIM_SHIFT).astype(np.int64)
+        groups, starts, where = np.unique(self.keys >> _GROUP_SHIFT, return_index=True, return_inverse=True)
         return {"count": self.count, "dims": self.dims,
                 "min": _le(self.min, "<f8"), "max": _le(self.max, "<f8"),
                 "moment_exp": _le(self.moments.exp, "<i8"),
                 "moment_num": [_int_bytes(int(n)) for n in self.moments.num.ravel()],
                 "groups": _le(groups, "<u8"), "t": _le(_resolution(self.keys[starts]), "u1"),
-                "single_per_dim": _le(np.bincount(dim_of, minlength=self.dims), "<u4"),
+                "single_per_group": _le(np.bincount(where[single], minlength=len(groups)), "<u2"),
                 "single_value": _le(self.lo[single], "<f8"), "single_count": _counts_bytes(self.counts[single]),
                 "keys": _le(self.keys[~single], "<u8"), "counts": _counts_bytes(self.counts[~single]),
                 "lo": _le(self.lo[~single], "<f8"), "hi": _le(self.hi[~single], "<f8")}
@@ -305,17 +303,13 @@ class _Staged:
         num = np.empty(r * 3 * n, dtype=object)
         num[:] = [int.from_bytes(b, "little", signed=True) for s in states for b in s["moment_num"]]
         value = joined("single_value", "<f8")  # [S]
-        per_dim = joined("single_per_dim", "<u4").astype(np.int64)  # [R*N]
-        dim = np.repeat(np.tile(np.arange(n, dtype=np.uint64), r), per_dim)  # [S]
-        record = np.repeat(np.arange(r, dtype=np.uint64), per_dim.reshape(r, n).sum(axis=1))  # [S]
-        raw = _raw_keys(value[:, None]).ravel() | (dim << _DIM_SHIFT)
-        groups = joined("groups", "<u8")  # [G] sorted within each state
-        owner = np.repeat(np.arange(r, dtype=np.uint64), [len(s["groups"]) // 8 for s in states])
-        where = np.searchsorted((owner << _RECORD_SHIFT) | groups, (record << _RECORD_SHIFT) | (raw >> _GROUP_SHIFT))
-        t = joined("t", "u1").astype(np.uint64)  # [G]
+        per_group = joined("single_per_group", "<u2").astype(np.int64)  # [G]
+        group = np.repeat(joined("groups", "<u8"), per_group)  # [S] (dim, sign, exponent) of each value
+        raw = _raw_keys(value[:, None]).ravel() | (group << _GROUP_SHIFT)  # the binade bits agree
+        t = np.repeat(joined("t", "u1").astype(np.uint64), per_group)  # [S]
         return cls(sum(int(s["count"]) for s in states), joined("min", "<f8").reshape(r, n),
                    joined("max", "<f8").reshape(r, n), num.reshape(r, 3, n), joined("moment_exp", "<i8").reshape(r, 3, n),
-                   np.concatenate([_bucket(raw, t[where]), joined("keys", "<u8")]),
+                   np.concatenate([_bucket(raw, t), joined("keys", "<u8")]),
                    np.concatenate([_counts_array(s[k]) for k in ("single_count", "counts") for s in states]),
                    np.concatenate([value, joined("lo", "<f8")]), np.concatenate([value, joined("hi", "<f8")]))
 
@@ -335,28 +329,28 @@ class _Index:
         self.t = np.append(_resolution(keys[starts]), np.uint64(0))  # [G+1]; 0: nothing matches
         self.low = (np.uint64(1) << self.t) - np.uint64(1)  # [G+1] a part bucket at t' <= t has a bit here
         index = ((keys & _MANTISSA) >> np.repeat(self.t[:g], ends - starts)).view(np.int64)  # [K] in binade
-        self.base = np.append(index[starts], 0)  # [G+1]
-        span = index[ends - 1] - self.base[:g] + 1  # [G]
+        self.base = np.append(index[starts], 0).view(np.uint64)  # [G+1]
+        span = index[ends - 1] - index[starts] + 1  # [G]
         self.far = np.append(span > _DENSE_SPAN, False)  # [G+1] binades looked up by binary search
-        self.span = np.append(np.where(self.far[:g], 0, span), 0)  # [G+1]
+        self.any_far = bool(self.far.any())
+        self.span = np.append(np.where(self.far[:g], 0, span), 0).view(np.uint64)  # [G+1]
         self.offset = np.concatenate([[0], np.cumsum(self.span)]).astype(np.int64)  # [G+1]
         self.lookup = np.full(int(self.span.sum()) + 1, len(keys), np.int64)  # last: a miss
         group = np.repeat(np.arange(g), ends - starts)  # [K]
         inside = ~self.far[group]
-        self.lookup[self.offset[group[inside]] + index[inside] - self.base[group[inside]]] = np.flatnonzero(inside)
+        self.lookup[self.offset[group[inside]] + index[inside] - index[starts][group[inside]]] = np.flatnonzero(inside)
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """[P] position of the state's bucket holding each part bucket; len(state) where there is none
         at the state's resolution (a new bucket, a new binade, or a part coarser than the state)."""
         group = self.table[(keys >> _GROUP_SHIFT).view(np.int64)]  # [P]
         t = self.t[group]
-        rel = ((keys & _MANTISSA) >> t).view(np.int64) - self.base[group]
+        rel = ((keys & _MANTISSA) >> t) - self.base[group]  # [P] uint64: below base wraps to huge
         ok = (keys & self.low[group]) != 0  # the part's bucket is no coarser than the state's here
-        near = ok & (rel >= 0) & (rel < self.span[group])
-        miss = len(self.lookup) - 1
-        pos = self.lookup[np.where(near, self.offset[group] + rel, miss)]
-        far = np.flatnonzero(ok & self.far[group])
-        if len(far):
+        near = ok & (rel < self.span[group])
+        pos = self.lookup[np.where(near, self.offset[group] + rel.view(np.int64), len(self.lookup) - 1)]
+        if self.any_far:
+            far = np.flatnonzero(ok & self.far[group])
             wanted = _bucket(keys[far], t[far])
             at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
             pos[far] = np.where(self.keys[at] == wanted, at, len(self.keys))
