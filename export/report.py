@@ -10,6 +10,7 @@ import numpy as np
 from export import __version__
 from export.build import output_dtype
 from export.clips import MP4_CODEC
+from export.errors import UserError
 from export.geometry import configured_size
 from export.stats import FieldStats, StatsAccumulator
 from export.validate import FPS_TOLERANCE
@@ -92,6 +93,9 @@ class SplitStats:
         if not record["error"]:
             for name, state in states.items():
                 if state is not None:
+                    if "single_value" not in state:  # staged by a robowds before the histogram state
+                        raise UserError(f"episode {record['episode_id']!r} was staged by an older robowds",
+                                        hint="delete the output folder's .robowds-work and re-run")
                     acc = self._acc.setdefault(record["split"], {}).setdefault(name, StatsAccumulator())
                     acc.add_state(state)
         return record

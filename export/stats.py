@@ -54,9 +54,9 @@ is ~138 KB (old: 111 KB). An export chunk's partial (1024 windows x 50 steps x 7
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
-import math
 
 import numpy as np
 
@@ -126,7 +126,7 @@ class FieldStats:
         """Statistics of valid steps `values` [M, N]; None when there are none."""
         if len(values) == 0:
             return None
-        v = values.astype(np.float64)  # [M, N]
+        v = values.astype(np.float64) + 0.0  # [M, N]; -0.0 + 0.0 = +0.0: min/max ties would be order-dependent
         if v.shape[1] > MAX_DIMS:
             raise ValueError(f"statistics support at most {MAX_DIMS} dimensions per field, got {v.shape[1]}")
         mean = v.mean(axis=0)

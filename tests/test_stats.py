@@ -12,6 +12,7 @@ from unittest import mock
 
 import msgpack
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -232,3 +233,35 @@ def test_100k_episodes_fold_in_bounded_memory() -> None:
     assert peak < 64 * 2**20, peak  # the state, one fold buffer and the exact sums
     assert len(merged.keys) < 4 * 2 * 64 * stats_module.BINADE_BUCKETS
     assert elapsed < 60, elapsed  # ~8 s on the idle 2-core development machine
+
+
+def test_split_stats_fold_each_record_and_drop_its_states() -> None:
+    """export/job.py folds every staged record as it loads it: the record keeps no statistics, a
+    rejected episode's are ignored, and each split's result is the merge of its episodes'."""
+    from export.errors import UserError
+    from export.report import SplitStats
+
+    parts = episodes(23, [50, 80, 20, 60], ("normal", "discrete"))
+    records = [{"episode_id": f"e{i}", "split": "train" if i % 2 else "val", "error": None,
+                "stats": {"joints": FieldStats.of(p).to_state(), "empty": None}} for i, p in enumerate(parts)]
+    records[3]["error"] = {"field": None, "message": "bad", "hint": None}
+    folded = SplitStats()
+    loaded = [folded.fold(r) for r in records]
+    assert all("stats" not in r for r in loaded)
+    result = folded.result()
+    assert sorted(result) == ["train", "val"] and sorted(result["train"]) == ["joints"]
+    assert state_bytes(result["train"]["joints"]) == state_bytes(merge_all([FieldStats.of(parts[1])]))
+    assert state_bytes(result["val"]["joints"]) == state_bytes(merge_all([FieldStats.of(parts[0]),
+                                                                          FieldStats.of(parts[2])]))
+    old_format = {"episode_id": "e9", "split": "val", "error": None, "stats": {"joints": {"count": 1, "sketch": b""}}}
+    with pytest.raises(UserError, match="staged by an older robowds"):
+        folded.fold(old_format)
+
+
+def test_negative_zero_does_not_make_bytes_depend_on_order() -> None:
+    """-0.0 == 0.0, but they print differently: an episode whose min is -0.0 and one whose min is 0.0
+    must give the same manifest bytes in either order (values are taken as +0.0)."""
+    a = FieldStats.of(np.array([[-0.0], [1.0]]))
+    b = FieldStats.of(np.array([[0.0], [2.0]]))
+    assert state_bytes(merge_all([a, b])) == state_bytes(merge_all([b, a]))
+    assert json.dumps(merge_all([a, b]).summary()) == json.dumps(merge_all([b, a]).summary())
