@@ -144,7 +144,9 @@ class FieldStats:
         resolution (`groups`/`t`, with how many one-value buckets each binade has: <= 256, so u2).
         10 instead of 32 bytes per bucket: ~140 KB for 26 dims x 600 steps, the old sketch's size."""
         single = self.lo.view(np.uint64) == self.hi.view(np.uint64)  # [K]; bitwise: -0.0 != +0.0
-        groups, starts, where = np.unique(self.keys >> _GROUP_SHIFT, return_index=True, return_inverse=True)
+        group = self.keys >> _GROUP_SHIFT  # [K] sorted
+        first = np.concatenate([[True], group[1:] != group[:-1]])  # [K]
+        groups, starts, where = group[first], np.flatnonzero(first), np.cumsum(first) - 1
         return {"count": self.count, "dims": self.dims,
                 "min": _le(self.min, "<f8"), "max": _le(self.max, "<f8"),
                 "moment_exp": _le(self.moments.exp, "<i8"),
@@ -249,15 +251,19 @@ def _normalise(keys: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndar
     group = keys >> _GROUP_SHIFT  # [K] sorted
     starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))  # [G]
     groups = group[starts]
-    t = np.maximum.reduceat(_resolution(keys), starts)  # [G]
     where = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(keys))))  # [K] group of each key
-    while True:
+    own = _resolution(keys)  # [K]
+    t = np.maximum.reduceat(own, starts)  # [G]
+    if not np.array_equal(own, t[where]):  # some entries are finer than their binade's coarsest
         keys, counts, lo, hi = _reduce_sorted(_bucket(keys, t[where]), counts, lo, hi)
         where = np.searchsorted(groups, keys >> _GROUP_SHIFT)
+    while True:
         over = np.bincount(where, minlength=len(groups)) > BINADE_BUCKETS  # [G]
         if not over.any():
             return keys, counts, lo, hi
         t[over] += np.uint64(1)  # reaches 41 (one bucket per binade) at worst
+        keys, counts, lo, hi = _reduce_sorted(_bucket(keys, t[where]), counts, lo, hi)
+        where = np.searchsorted(groups, keys >> _GROUP_SHIFT)
 
 
 def _quantile(counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float, vmin: float, vmax: float) -> float:
@@ -281,11 +287,14 @@ def _quantile(counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float, vmin
 
 
 def merge_all(parts: list[FieldStats | None]) -> FieldStats | None:
-    """The merge of all parts (None ones skipped); the same state for any order of `parts`."""
+    """The merge of all parts (None ones skipped); the same state for any order of `parts`. One part
+    is returned as it is (already canonical): most episodes are one chunk of windows."""
+    present = [p for p in parts if p is not None]
+    if len(present) == 1:
+        return present[0]
     acc = StatsAccumulator()
-    for part in parts:
-        if part is not None:
-            acc.add(part)
+    for part in present:
+        acc.add(part)
     return acc.result()
 
 
@@ -420,8 +429,10 @@ class StatsAccumulator:
         self._moments = Moments.sum(moments, (staged.num, staged.exp) if staged else None)
         new = tuple(np.concatenate([getattr(p, k) for p in parts] + ([getattr(staged, k)] if staged else []))
                     for k in ("keys", "counts", "lo", "hi"))
-        if self._arrays is not None and self._index is not None:
+        if self._arrays is not None:
             keys, counts, lo, hi = self._arrays  # one extra slot at the end takes the misses
+            if self._index is None:  # built on the second fold: a single fold never needs it
+                self._index = _Index(keys[:-1], next(iter(dims)))
             pos = self._index.find(new[0])
             np.add.at(counts, pos, new[1])
             np.minimum.at(lo, pos, new[2])
@@ -433,7 +444,7 @@ class StatsAccumulator:
         keys, counts, lo, hi = _normalise(*new)
         self._arrays = (np.append(keys, np.uint64(0)), np.append(counts, 0), np.append(lo, np.inf),
                         np.append(hi, -np.inf))
-        self._index = _Index(keys, dims.pop())
+        self._index = None
 
     def result(self) -> FieldStats | None:
         self._fold()
