@@ -42,9 +42,9 @@ Figures: `python scripts/bench_stats.py` (2-core development machine, shared wit
 does; CPU seconds):
 
     episodes   old 512-point sketch          this module                 worst q01/q99 rank error
-    1,000        2.4 s,  244 MB peak           2.8 s, 31 MB peak           old 0.008%, new 0.0067%
-    4,000       11.7 s,  975 MB peak           4.2 s, 31 MB peak
-    100,000     not run (21 GB of sketches)   47.8 s, 31 MB peak
+    1,000        2.1 s,  244 MB peak           2.6 s, 31 MB peak           old 0.008%, new 0.0067%
+    4,000       12.1 s,  975 MB peak           3.8 s, 31 MB peak
+    100,000     not run (21 GB of sketches)   54.6 s, 31 MB peak (47.8 s in another run)
 
 The first ~1,000 episodes bring new buckets (a sort of the state per fold); after that a fold adds
 into existing buckets through a lookup table (~0.45 ms per 26-dim episode). A staged episode state
