@@ -50,7 +50,7 @@ The first ~1,000 episodes bring new buckets (a sort of the state per fold); afte
 into existing buckets through a lookup table (~0.5 ms per 26-dim episode). A staged episode state
 is ~138 KB (old: 111 KB). Cost in the export: a chunk's partial (1024 windows x 50 steps x 7 dims)
 takes ~36 ms (old: ~23 ms); in a profile of a 150-episode synthetic export (`bench_export.py`'s
-store, 1 worker) statistics take ~0.8 of 5.1 CPU seconds (old: ~0.25 of 4.4); wall-clock A/B runs
+store, 1 worker) statistics take ~0.7 of 5.0 profiled seconds (old: ~0.25 of 4.3); wall-clock A/B runs
 on the shared machine were within noise (old 5.5-10.0 s, new 5.7-9.2 s).
 """
 
