@@ -18,7 +18,7 @@ from export.episodes import EpisodeData
 from export.errors import EpisodeError
 from export.extent import ExtentError, episode_extent
 from export.resample import Stream, StreamError, clean_stream, resample
-from export.stats import FieldStats, merge_all
+from export.stats import FieldStats, StatsError, merge_all
 from export.video import VideoError, VideoSizeError
 from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
 from reader.format import encode_npy, encode_sample, mask_field
@@ -149,7 +149,11 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             report["steps"][name] += int(masks[name].size)
         for name in streams:
             vals, mask = values[name][keep], masks[name][keep]
-            partial[name].append(FieldStats.of(vals[mask]))
+            try:
+                partial[name].append(FieldStats.of(vals[mask]))
+            except StatsError as exc:
+                raise EpisodeError(data.episode_id, name, str(exc),
+                                   hint="scale the stream's values in the store, or leave it out with exclude") from exc
             report["masked_steps"][name] += int((~mask).sum())
             report["steps"][name] += int(mask.size)
             values[name] = pad_invalid(vals, mask, spec.windows[name].pad).astype(output_dtype(spec, name))

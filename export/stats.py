@@ -75,6 +75,10 @@ _MANTISSA = np.uint64((1 << 41) - 1)
 _DENSE_SPAN = 4096  # a binade whose buckets span at most this many slots gets a direct lookup table
 
 
+class StatsError(ValueError):
+    """Values whose statistics cannot be kept (too large, too many dimensions): an episode error."""
+
+
 @dataclass
 class Moments:
     """Exact sums A, B, C (rows) per dimension as num * 2**exp; num is an object array of Python ints."""
@@ -85,7 +89,8 @@ class Moments:
     def of(cls, count: int, mean: np.ndarray, m2: np.ndarray) -> "Moments":
         """From float64 partials [N]: every float64 is m * 2**e exactly (m a 53-bit integer)."""
         if not (np.isfinite(mean).all() and np.isfinite(m2).all()):  # |values| beyond ~1e154 square to inf
-            raise ValueError("statistics overflow float64: values too large to square")
+            raise StatsError("values too large for normalisation statistics (beyond ~1e154, their squares "
+                             "overflow float64)")
         fm, em = np.frexp(mean)
         fa, ea = np.frexp(m2)
         m = (fm * 2.0 ** 53).astype(np.int64).astype(object)  # [N]
@@ -130,7 +135,7 @@ class FieldStats:
             return None
         v = values.astype(np.float64) + 0.0  # [M, N]; -0.0 + 0.0 = +0.0: min/max ties would be order-dependent
         if v.shape[1] > MAX_DIMS:
-            raise ValueError(f"statistics support at most {MAX_DIMS} dimensions per field, got {v.shape[1]}")
+            raise StatsError(f"statistics support at most {MAX_DIMS} dimensions per field, got {v.shape[1]}")
         mean = v.mean(axis=0)
         m2 = ((v - mean) ** 2).sum(axis=0)
         flat = _key_order(v)  # [N*M]
@@ -387,7 +392,8 @@ class StatsAccumulator:
     ~`_FOLD_ENTRIES` part buckets, folded in one vectorised step: buckets the state already has are
     added in place (no sort), only new ones go through `_normalise` with the state."""
 
-    def __init__(self) -> None:
+    def __init__(self, fold_entries: int = _FOLD_ENTRIES) -> None:
+        self._fold_entries = fold_entries  # tests vary it: the state must not depend on when folds happen
         self._parts: list[FieldStats] = []
         self._states: list[dict] = []
         self._buffered = 0
@@ -401,14 +407,14 @@ class StatsAccumulator:
     def add(self, part: FieldStats) -> None:
         self._parts.append(part)
         self._buffered += len(part.keys)
-        if self._buffered >= _FOLD_ENTRIES:
+        if self._buffered >= self._fold_entries:
             self._fold()
 
     def add_state(self, state: dict) -> None:
         """A staged state (FieldStats.to_state), decoded with the others of its batch."""
         self._states.append(state)
         self._buffered += (len(state["single_value"]) + len(state["keys"])) // 8
-        if self._buffered >= _FOLD_ENTRIES:
+        if self._buffered >= self._fold_entries:
             self._fold()
 
     def _fold(self) -> None:

@@ -8,7 +8,6 @@ import math
 import time
 import tracemalloc
 from fractions import Fraction
-from unittest import mock
 
 import msgpack
 import numpy as np
@@ -131,15 +130,14 @@ def test_any_order_and_grouping_gives_identical_bytes(seed: int, sizes: list[int
     shuffle.shuffle(order)  # type: ignore[attr-defined]
     cuts = sorted(shuffle.sample(range(1, len(order)), shuffle.randint(0, len(order) - 1)))  # type: ignore[attr-defined]
     groups = [order[a:b] for a, b in zip([0, *cuts], [*cuts, len(order)])]
-    with mock.patch.object(stats_module, "_FOLD_ENTRIES", fold_entries):  # fold after every part .. never
-        grouped = []
-        for n, g in enumerate(groups):  # staged states (as job.py folds them) or FieldStats (as build.py)
-            acc = StatsAccumulator()
-            for i in g:
-                acc.add_state(partials[i].to_state()) if n % 2 else acc.add(partials[i])
-            grouped.append(staged(acc.result()))
-        shuffle.shuffle(grouped)  # type: ignore[attr-defined]
-        again = merge_all(grouped)
+    grouped = []  # fold after every part .. never: the state must not depend on it
+    for n, g in enumerate(groups):  # staged states (as job.py folds them) or FieldStats (as build.py)
+        acc = StatsAccumulator(fold_entries)
+        for i in g:
+            acc.add_state(partials[i].to_state()) if n % 2 else acc.add(partials[i])
+        grouped.append(staged(acc.result()))
+    shuffle.shuffle(grouped)  # type: ignore[attr-defined]
+    again = merge_all(grouped)
     assert state_bytes(again) == state_bytes(reference)
     assert json.dumps(again.summary()) == json.dumps(reference.summary())
 
@@ -265,3 +263,23 @@ def test_negative_zero_does_not_make_bytes_depend_on_order() -> None:
     b = FieldStats.of(np.array([[0.0], [2.0]]))
     assert state_bytes(merge_all([a, b])) == state_bytes(merge_all([b, a]))
     assert json.dumps(merge_all([a, b]).summary()) == json.dumps(merge_all([b, a]).summary())
+
+
+def test_values_too_large_for_statistics_are_one_episode_error(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """|x| ~ 1e200 squares past float64: one message naming episode and field, not a traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from export.cli import main
+
+    store = tmp_path / "s"
+    store.mkdir()
+    t = np.arange(20) / 10.0
+    rows = [{"episode_id": "ep0", "x": np.column_stack([t, np.full(20, 1e200)]).tolist()}]
+    pq.write_table(pa.Table.from_pylist(rows), store / "t.parquet")
+    assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1",
+                 "--set", "float_dtype=float64"]) == 2
+    err = capsys.readouterr().err
+    assert "episode 'ep0', field 'x': values too large for normalisation statistics" in err
+    assert "Traceback" not in err
