@@ -62,13 +62,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from export.buckets import (BINADE_BUCKETS, DIM_SHIFT, GROUP_SHIFT, bucket_of, bucket_quantile, key_order,
+                            normalise, raw_keys, resolution)
+
 QUANTILES = {"q01": 0.01, "q99": 0.99}
-BINADE_BUCKETS = 256  # most buckets in one binade of one dimension; 2**8 -> never coarser than 2**-8
-ZERO_BELOW = 2.0 ** -64  # |x| below this shares one bucket (bounds the count of binades)
 MAX_DIMS = 2048  # the dimension index takes the top 11 bits of a bucket key
 
-_DIM_SHIFT = np.uint64(53)  # key = dim << 53 | float bits >> 11: sign (1), exponent (11), mantissa (41)
-_GROUP_SHIFT = np.uint64(41)  # key >> 41 = (dim, sign, exponent): one binade of one dimension
 _FINEST = 1  # t, 1..41: the low t bits of a key are the bucket's, bit t-1 set as its marker (41: whole binade)
 _FOLD_ENTRIES = 1 << 17  # an accumulator folds its buffered parts once they hold this many buckets (~4 MB)
 _MANTISSA = np.uint64((1 << 41) - 1)
@@ -138,9 +137,9 @@ class FieldStats:
             raise StatsError(f"statistics support at most {MAX_DIMS} dimensions per field, got {v.shape[1]}")
         mean = v.mean(axis=0)
         m2 = ((v - mean) ** 2).sum(axis=0)
-        flat = _key_order(v)  # [N*M]
-        keys = _bucket(_raw_keys(flat.reshape(v.shape[1], -1).T).T.ravel(), np.uint64(_FINEST))  # [N*M] sorted
-        keys, counts, lo, hi = _normalise(keys, np.ones(len(flat), np.int64), flat, flat, presorted=True)
+        flat = key_order(v)  # [N*M]
+        keys = bucket_of(raw_keys(flat.reshape(v.shape[1], -1).T).T.ravel(), np.uint64(_FINEST))  # [N*M] sorted
+        keys, counts, lo, hi = normalise(keys, np.ones(len(flat), np.int64), flat, flat, presorted=True)
         return cls(len(v), v.min(axis=0), v.max(axis=0), Moments.of(len(v), mean, m2), keys, counts, lo, hi)
 
     def to_state(self) -> dict:
@@ -151,14 +150,14 @@ class FieldStats:
         resolution (`groups`/`t`, with how many one-value buckets each binade has: <= 256, so u2).
         10 instead of 32 bytes per bucket: ~140 KB for 26 dims x 600 steps, the old sketch's size."""
         single = self.lo.view(np.uint64) == self.hi.view(np.uint64)  # [K]; bitwise: -0.0 != +0.0
-        group = self.keys >> _GROUP_SHIFT  # [K] sorted
+        group = self.keys >> GROUP_SHIFT  # [K] sorted
         first = np.concatenate([[True], group[1:] != group[:-1]])  # [K]
         groups, starts, where = group[first], np.flatnonzero(first), np.cumsum(first) - 1
         return {"count": self.count, "dims": self.dims,
                 "min": _le(self.min, "<f8"), "max": _le(self.max, "<f8"),
                 "moment_exp": _le(self.moments.exp, "<i8"),
                 "moment_num": [_int_bytes(int(n)) for n in self.moments.num.ravel()],
-                "groups": _le(groups, "<u8"), "t": _le(_resolution(self.keys[starts]), "u1"),
+                "groups": _le(groups, "<u8"), "t": _le(resolution(self.keys[starts]), "u1"),
                 "single_per_group": _le(np.bincount(where[single], minlength=len(groups)), "<u2"),
                 "single_value": _le(self.lo[single], "<f8"), "single_count": _counts_bytes(self.counts[single]),
                 "keys": _le(self.keys[~single], "<u8"), "counts": _counts_bytes(self.counts[~single]),
@@ -181,10 +180,10 @@ class FieldStats:
             std.append(math.sqrt(float((a + c - b * b / n) / n)))  # M2 >= 0 exactly: no clamp needed
         out: dict[str, object] = {"count": n, "mean": mean, "std": std,
                                   "min": self.min.tolist(), "max": self.max.tolist()}
-        dim_of = self.keys >> _DIM_SHIFT  # [K]
+        dim_of = self.keys >> DIM_SHIFT  # [K]
         bounds = np.searchsorted(dim_of, np.arange(self.dims + 1, dtype=np.uint64))  # [N+1]
         for name, q in QUANTILES.items():
-            out[name] = [_quantile(self.counts[a:b], self.lo[a:b], self.hi[a:b], q, float(self.min[d]),
+            out[name] = [bucket_quantile(self.counts[a:b], self.lo[a:b], self.hi[a:b], q, float(self.min[d]),
                                    float(self.max[d])) for d, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
         return out
 
@@ -205,92 +204,6 @@ def _counts_array(data: bytes) -> np.ndarray:
 
 def _int_bytes(n: int) -> bytes:
     return n.to_bytes(n.bit_length() // 8 + 1, "little", signed=True)
-
-
-def _key_order(v: np.ndarray) -> np.ndarray:
-    """[M, N] -> [N*M] the values dimension by dimension in the order of their keys, by a float sort
-    per column (an argsort of the keys costs ~2x): keys order |x| < ZERO_BELOW first, then positive
-    values ascending, then negative ones by ascending magnitude (the sign bit is the key's top)."""
-    out = []
-    for col in np.sort(v, axis=0).T:  # [M] ascending
-        neg = np.searchsorted(col, -ZERO_BELOW, side="right")  # x <= -ZERO_BELOW: negative keys
-        zero = np.searchsorted(col, ZERO_BELOW, side="left")  # |x| < ZERO_BELOW: the zero bucket
-        out += [col[neg:zero], col[zero:], col[:neg][::-1]]
-    return np.concatenate(out)
-
-
-def _raw_keys(v: np.ndarray) -> np.ndarray:
-    """[M, N] float64 -> [M, N] uint64 dim << 53 | bits >> 11; |x| < ZERO_BELOW (and -0.0) -> +0.0."""
-    clean = np.where(np.abs(v) < ZERO_BELOW, 0.0, v)
-    return (clean.view(np.uint64) >> np.uint64(11)) | (np.arange(v.shape[1], dtype=np.uint64) << _DIM_SHIFT)
-
-
-def _bucket(keys: np.ndarray, t: np.ndarray | np.uint64) -> np.ndarray:
-    """The key of the bucket at resolution t holding each key: low t bits cleared, bit t-1 set."""
-    t = np.asarray(t, dtype=np.uint64)
-    return ((keys >> t) << t) | (np.uint64(1) << (t - np.uint64(1)))
-
-
-def _resolution(keys: np.ndarray) -> np.ndarray:
-    """t of each bucket key: one more than the index of its lowest set bit (the marker)."""
-    low = keys & (~keys + np.uint64(1))
-    return np.frexp(low.astype(np.float64))[1].astype(np.uint64)  # low = 2**(t-1) exactly
-
-
-def _reduce_sorted(keys: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One entry per distinct key of sorted `keys`: counts add, lo is the min, hi the max."""
-    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-    return (keys[starts], np.add.reduceat(counts, starts), np.minimum.reduceat(lo, starts),
-            np.maximum.reduceat(hi, starts))
-
-
-def _normalise(keys: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, presorted: bool = False
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Bring bucket entries (any resolutions, repeats allowed) to the canonical state: per binade the
-    coarsest resolution among them, coarsened further while it holds more than BINADE_BUCKETS buckets.
-    The result depends only on the multiset of entries, so merging is order- and grouping-free.
-    One sort: coarsening keeps sorted keys sorted."""
-    if not presorted:
-        order = np.argsort(keys)  # ties are merged by commutative ops: any sort gives the same result
-        keys, counts, lo, hi = keys[order], counts[order], lo[order], hi[order]
-    keys, counts, lo, hi = _reduce_sorted(keys, counts, lo, hi)
-    group = keys >> _GROUP_SHIFT  # [K] sorted
-    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))  # [G]
-    groups = group[starts]
-    where = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(keys))))  # [K] group of each key
-    own = _resolution(keys)  # [K]
-    t = np.maximum.reduceat(own, starts)  # [G]
-    if not np.array_equal(own, t[where]):  # some entries are finer than their binade's coarsest
-        keys, counts, lo, hi = _reduce_sorted(_bucket(keys, t[where]), counts, lo, hi)
-        where = np.searchsorted(groups, keys >> _GROUP_SHIFT)
-    while True:
-        over = np.bincount(where, minlength=len(groups)) > BINADE_BUCKETS  # [G]
-        if not over.any():
-            return keys, counts, lo, hi
-        t[over] += np.uint64(1)  # reaches 41 (one bucket per binade) at worst
-        keys, counts, lo, hi = _reduce_sorted(_bucket(keys, t[where]), counts, lo, hi)
-        where = np.searchsorted(groups, keys >> _GROUP_SHIFT)
-
-
-def _quantile(counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float, vmin: float, vmax: float) -> float:
-    """numpy's default ('linear') quantile, with each order statistic read off its bucket: buckets are
-    disjoint value ranges, so ordering them by their min orders the data; within a bucket holding c
-    values, the j-th is taken at lo + (hi - lo) * j / (c - 1) (exact at both ends)."""
-    order = np.argsort(lo, kind="stable")
-    c, lo, hi = counts[order], lo[order], hi[order]
-    cum = np.cumsum(c)  # [B]
-    pos = (int(cum[-1]) - 1) * q
-    below = math.floor(pos)
-
-    def order_stat(r: int) -> float:
-        j = int(np.searchsorted(cum, r, side="right"))
-        within = r - (int(cum[j]) - int(c[j]))
-        return float(lo[j]) if c[j] == 1 else float(lo[j] + (hi[j] - lo[j]) * (within / (int(c[j]) - 1)))
-
-    a = order_stat(below)
-    value = a if pos == below else a + (order_stat(below + 1) - a) * (pos - below)
-    return min(max(value, vmin), vmax)
 
 
 def merge_all(parts: list[FieldStats | None]) -> FieldStats | None:
@@ -334,11 +247,11 @@ class _Staged:
         value = joined("single_value", "<f8")  # [S]
         per_group = joined("single_per_group", "<u2").astype(np.int64)  # [G]
         group = np.repeat(joined("groups", "<u8"), per_group)  # [S] (dim, sign, exponent) of each value
-        raw = _raw_keys(value[:, None]).ravel() | (group << _GROUP_SHIFT)  # the binade bits agree
+        raw = raw_keys(value[:, None]).ravel() | (group << GROUP_SHIFT)  # the binade bits agree
         t = np.repeat(joined("t", "u1").astype(np.uint64), per_group)  # [S]
         return cls(sum(int(s["count"]) for s in states), joined("min", "<f8").reshape(r, n),
                    joined("max", "<f8").reshape(r, n), num.reshape(r, 3, n), joined("moment_exp", "<i8").reshape(r, 3, n),
-                   np.concatenate([_bucket(raw, t), joined("keys", "<u8")]),
+                   np.concatenate([bucket_of(raw, t), joined("keys", "<u8")]),
                    np.concatenate([_counts_array(s[k]) for k in ("single_count", "counts") for s in states]),
                    np.concatenate([value, joined("lo", "<f8")]), np.concatenate([value, joined("hi", "<f8")]))
 
@@ -350,12 +263,12 @@ class _Index:
 
     def __init__(self, keys: np.ndarray, dims: int) -> None:
         self.keys = keys  # [K] sorted
-        groups, starts = np.unique(keys >> _GROUP_SHIFT, return_index=True)  # [G]
+        groups, starts = np.unique(keys >> GROUP_SHIFT, return_index=True)  # [G]
         ends = np.append(starts[1:], len(keys))  # [G]
         g = len(groups)  # an extra group g stands for binades the state does not have
         self.table = np.full(dims << 12, g, np.int64)  # (dim, sign, exponent) -> group
         self.table[groups.astype(np.int64)] = np.arange(g)
-        self.t = np.append(_resolution(keys[starts]), np.uint64(0))  # [G+1]; 0: nothing matches
+        self.t = np.append(resolution(keys[starts]), np.uint64(0))  # [G+1]; 0: nothing matches
         self.low = (np.uint64(1) << self.t) - np.uint64(1)  # [G+1] a part bucket at t' <= t has a bit here
         index = ((keys & _MANTISSA) >> np.repeat(self.t[:g], ends - starts)).view(np.int64)  # [K] in binade
         self.base = np.append(index[starts], 0).view(np.uint64)  # [G+1]
@@ -372,7 +285,7 @@ class _Index:
     def find(self, keys: np.ndarray) -> np.ndarray:
         """[P] position of the state's bucket holding each part bucket; len(state) where there is none
         at the state's resolution (a new bucket, a new binade, or a part coarser than the state)."""
-        group = self.table[(keys >> _GROUP_SHIFT).view(np.int64)]  # [P]
+        group = self.table[(keys >> GROUP_SHIFT).view(np.int64)]  # [P]
         t = self.t[group]
         rel = ((keys & _MANTISSA) >> t) - self.base[group]  # [P] uint64: below base wraps to huge
         ok = (keys & self.low[group]) != 0  # the part's bucket is no coarser than the state's here
@@ -380,7 +293,7 @@ class _Index:
         pos = self.lookup[np.where(near, self.offset[group] + rel.view(np.int64), len(self.lookup) - 1)]
         if self.any_far:
             far = np.flatnonzero(ok & self.far[group])
-            wanted = _bucket(keys[far], t[far])
+            wanted = bucket_of(keys[far], t[far])
             at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
             pos[far] = np.where(self.keys[at] == wanted, at, len(self.keys))
         return pos
@@ -390,7 +303,7 @@ class StatsAccumulator:
     """Folds FieldStats (or their staged states) one at a time into one state. Memory: the folded
     state (bounded by the value range, see the module docstring) plus a buffer of at most
     ~`_FOLD_ENTRIES` part buckets, folded in one vectorised step: buckets the state already has are
-    added in place (no sort), only new ones go through `_normalise` with the state."""
+    added in place (no sort), only new ones go through `normalise` with the state."""
 
     def __init__(self, fold_entries: int = _FOLD_ENTRIES) -> None:
         self._fold_entries = fold_entries  # tests vary it: the state must not depend on when folds happen
@@ -449,7 +362,7 @@ class StatsAccumulator:
             if not miss.any():
                 return
             new = tuple(np.concatenate([a[:-1], b[miss]]) for a, b in zip(self._arrays, new))
-        keys, counts, lo, hi = _normalise(*new)
+        keys, counts, lo, hi = normalise(*new)
         self._arrays = (np.append(keys, np.uint64(0)), np.append(counts, 0), np.append(lo, np.inf),
                         np.append(hi, -np.inf))
         self._index = None
