@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from export.errors import EpisodeError
-from export.store import StoreSchema, safe_media_path
+from export.store import FieldSpec, StoreSchema, safe_media_path
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
 
@@ -75,6 +75,16 @@ def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarr
     return flat.reshape(len(rows), width)
 
 
+def check_series_shape(spec: FieldSpec, raw: np.ndarray, episode: str) -> None:
+    """Declared names / units against the stream's value columns ([T, N+1] -> N). The loader runs it,
+    so validate and export refuse the same streams (export used to write a schema with the wrong N)."""
+    columns = raw.shape[1] - 1
+    for key, declared in (("names", spec.names), ("units", spec.units if isinstance(spec.units, tuple) else None)):
+        if declared is not None and len(raw) and len(declared) != columns:
+            raise EpisodeError(episode, spec.name, f"declares {len(declared)} {key} but has {columns} value columns",
+                               hint=f"give one {key[:-1]} per value column in store.yaml (column 0 is the time)")
+
+
 class EpisodeLoader:
     """Loads `EpisodeData` for batches of episode ids from a store."""
 
@@ -121,6 +131,7 @@ class EpisodeLoader:
         ep = data.episode_id
         if spec.kind == "timeseries":
             data.streams[name] = _series(column, row, ep, name)
+            check_series_shape(spec, data.streams[name], ep)
             return
         value = column[row].as_py()
         if value is None:

@@ -6,7 +6,8 @@ One rule, used by `validate` (durations) and by the export (the grid), so the tw
   `start_s` / `end_s` columns, where present, win (each on its own). Otherwise the `clock` stream's
   first and last cleaned sample; otherwise the first and last sample over all time-series streams;
   and only for an episode with no time-series stream at all (a camera-only export), the first and
-  last frame over its video segments. Videos never widen an episode that has time series: a camera
+  last frame over its video segments; an episode of static fields only (text, images, values) is the
+  single point 0. Videos never widen an episode that has time series: a camera
   that starts before the robot's state would otherwise add anchors whose state is all padding.
 * A video **segment** `[start_s, end_s)` of a file is half-open, as LeRobot v3's
   `[from_timestamp, to_timestamp)`: `to_timestamp` is the next episode's first frame, so the frame at
@@ -69,11 +70,9 @@ def episode_extent(declared_start: float | None, declared_end: float | None,
         spans = list(series.values())
     else:
         spans = list(cameras)
-    if not spans and (declared_start is None or declared_end is None):
-        raise ExtentError("the episode has no time-series stream and no video frame to take its extent from; "
-                          "add start_s and end_s columns")
-    start = float(declared_start) if declared_start is not None else min(a for a, _ in spans)
-    end = float(declared_end) if declared_end is not None else max(b for _, b in spans)
+    # an episode of static fields only (text, images, values) has no time: one grid point at 0
+    start = float(declared_start) if declared_start is not None else min((a for a, _ in spans), default=0.0)
+    end = float(declared_end) if declared_end is not None else max((b for _, b in spans), default=start)
     if not end >= start:
         raise ExtentError(f"the episode ends ({end}) before it starts ({start}); check start_s / end_s")
     return start, end

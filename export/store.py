@@ -26,6 +26,7 @@ RESERVED_COLUMNS = ("episode_id", "split", "start_s", "end_s")
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 VIDEO_EXTS = (".mp4", ".mkv", ".avi", ".webm", ".mov")
 DECL_KEYS = {"kind", "interpolation", "names", "units", "max_gap_s", "time_unit", "quaternion_order", "fps"}
+SERIES_KEYS = {"names", "units", "max_gap_s", "time_unit", "quaternion_order"}  # meaningless for other kinds
 STORE_YAML = "store.yaml"
 
 
@@ -166,6 +167,14 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
     kind = decl.get("kind", spec.kind)
     if kind not in KINDS:
         return bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    series_only = sorted(k for k in SERIES_KEYS if k in decl)
+    if series_only and kind != "timeseries":
+        stored = ("a string column" if spec.arrow_type in ("string", "large_string")
+                  else f"a {spec.arrow_type} column")
+        return bad(f"declares {', '.join(series_only)}, which only a time series has, but the field is {stored} "
+                   f"(kind {kind!r})",
+                   hint="store a time series as list<list<float64>> rows [time, v1..vN] (not a JSON string), "
+                        "or drop those keys")
     if kind != spec.kind and not (spec.kind in ("text", "image", "video") and kind in ("text", "image", "video")
                                   and spec.arrow_type in ("string", "large_string")):
         return bad(f"declared kind {kind!r} does not fit the column type {spec.arrow_type} (inferred {spec.kind!r})")
@@ -260,6 +269,12 @@ def open_store(root: Path) -> StoreSchema:
                 continue
             if col in decls and isinstance(decls[col], dict):
                 spec = _apply(spec, decls[col], problems)
+            declared_text = isinstance(decls.get(col), dict) and decls[col].get("kind") == "text"
+            if spec.kind == "text" and not declared_text and str(first_row.get(col) or "").lstrip().startswith("[["):
+                problems.append(Problem("warning", "a text field whose values look like a JSON array of rows: "
+                                        "it is exported as text, not as a time series", field=col,
+                                        hint="store time series as list<list<float64>> rows [time, v1..vN], "
+                                             "or declare kind: text to silence this"))
             fields[col] = spec
             tables[name].append(col)
     for name in decls:

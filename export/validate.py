@@ -90,9 +90,6 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) 
             report.problems.append(Problem("error", str(exc), ep, name, hint="fix the timestamps in the store"))
             broken = True
             continue
-        if spec.names and len(spec.names) != raw.shape[1] - 1:
-            report.problems.append(Problem("error", f"declares {len(spec.names)} names but has {raw.shape[1] - 1} "
-                                           "value columns", ep, name, hint="fix names in store.yaml"))
         for kind, count in stream.repairs.as_dict().items():
             if count:
                 report.problems.append(Problem("warning", f"{count} {REPAIR_TEXT[kind]}", ep, name))
