@@ -19,7 +19,7 @@ from export.errors import EpisodeError
 from export.extent import ExtentError, episode_extent
 from export.resample import Stream, StreamError, clean_stream, resample
 from export.stats import FieldStats, StatsError, merge_all
-from export.video import VideoError, VideoSizeError
+from export.video import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
 from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
 from reader.format import encode_npy, encode_sample, mask_field
 
@@ -178,6 +178,16 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     for name, camera in cameras.items():
         video = report["video"][name]
         video["frames_held_max"] = camera.peak_frames
+        video["span_steps"], video["missing_steps"] = camera.span_steps, camera.missing_steps
+        if camera.span_steps and camera.missing_steps > MISSING_FRAMES_LIMIT * camera.span_steps:
+            raise EpisodeError(
+                data.episode_id, name,
+                f"{camera.missing_steps} of {camera.span_steps} camera steps "
+                f"({100 * camera.missing_steps / camera.span_steps:.0f}%) inside the span of "
+                f"{data.videos[name]['path']!r} have no frame: frames are missing from the file"
+                + (f" (its index lists {camera.info.listed_frames} frames, {camera.info.unreadable_frames} "
+                   "of them unreadable: truncated?)" if camera.info.unreadable_frames else ""),
+                hint="re-encode or re-download the video, or pass --set on_bad_episode=skip")
         squared, count = video.pop("sq_error"), video.pop("sq_count")
         video["psnr_frames"] = video.pop("psnr_frames_count")
         video["psnr_db"] = _psnr_db(squared, count)

@@ -33,7 +33,7 @@ from export.executor import make_executor
 from export.fsio import fsync_write
 from export.plan import assign_splits, key_prefixes, pack_shards, window_order
 from export.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
-from export.report import SplitStats, build_manifest
+from export.report import SplitStats, build_manifest, report_warnings
 from export.store import StoreSchema, fingerprint, open_store
 from reader.format import END_OF_ARCHIVE
 
@@ -71,12 +71,14 @@ class Summary:
     seconds: float
     dropped: int = 0  # windows below min_valid_fraction
     up_to_date: bool = False
+    warnings: tuple[str, ...] = ()  # what the report holds that a user must not miss
 
     def line(self) -> str:
         if self.up_to_date:
             return f"{self.out}: export is up to date ({self.windows} windows in {self.shards} shards); nothing to do"
         dropped = f" ({self.dropped} below min_valid_fraction, not emitted)" if self.dropped else ""
         warning = "\nwarning: no window was emitted; check the window config" if not self.windows else ""
+        warning += "".join(f"\nwarning: {w}" for w in self.warnings)
         return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
                 f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}{warning}")
 
@@ -342,4 +344,5 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
     publish(out, work, manifest)
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
-                   total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"])
+                   total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"],
+                   warnings=tuple(report_warnings(manifest["report"])))

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 VIDEO_CODECS = {"mp4": MP4_CODEC, "av1": "av1", "jpg": "jpeg"}  # raw has none
 IMAGE_CODECS = {"png": "png", "jpg": "jpeg"}
+MISSING_LISTED = 20  # episodes named per camera in the report's missing-frame list (bounded report)
 
 
 def _crop_json(crop: Any) -> Any:
@@ -139,7 +140,9 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
 
 
 def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per camera: stored bytes per frame, the PSNR (dB) of stored vs source frames (per episode over
+    """Per camera: stored bytes per frame; steps masked because frames are missing inside the video's
+    own span (total, fraction, and the first `MISSING_LISTED` episodes with any); the PSNR (dB) of
+    stored vs source frames (per episode over
     the real frames of one window in every chunk of `VIDEO_CHUNK_ANCHORS`; min and mean over
     episodes, and how many frames were measured), and the most decoded frames held in memory at once
     by one episode's decode (the export's memory bound for that camera)."""
@@ -147,7 +150,12 @@ def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
     for r in records:
         for name, v in r["report"].get("video", {}).items():
             acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": [], "fps_mismatch": [], "held": 0,
-                                        "measured": 0})
+                                        "measured": 0, "span_steps": 0, "missing_steps": 0, "missing_in": []})
+            acc["span_steps"] += v.get("span_steps", 0)
+            acc["missing_steps"] += v.get("missing_steps", 0)
+            if v.get("missing_steps") and len(acc["missing_in"]) < MISSING_LISTED:
+                acc["missing_in"].append({"episode_id": r["episode_id"], "missing_steps": v["missing_steps"],
+                                          "fraction": round(v["missing_steps"] / v["span_steps"], 4)})
             acc["held"] = max(acc["held"], v.get("frames_held_max", 0))
             declared, measured = v.get("declared_fps"), v.get("measured_fps")
             if declared and measured and abs(measured - declared) > FPS_TOLERANCE * declared:
@@ -162,7 +170,10 @@ def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
                    "psnr_db_min": min(acc["psnr"], default=None),
                    "psnr_db_mean": round(float(np.mean(acc["psnr"])), 3) if acc["psnr"] else None,
                    "psnr_frames": acc["measured"],
-                   "fps_mismatch": acc["fps_mismatch"], "frames_held_max": acc["held"]}
+                   "fps_mismatch": acc["fps_mismatch"], "frames_held_max": acc["held"],
+                   "missing_frame_steps": acc["missing_steps"],
+                   "missing_frame_fraction": round(acc["missing_steps"] / acc["span_steps"], 6) if acc["span_steps"] else 0.0,
+                   "missing_frame_episodes": acc["missing_in"]}
             for name, acc in sorted(out.items())}
 
 
@@ -197,3 +208,16 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
         "storage": {"source_bytes": source_bytes, "output_bytes": output_bytes,
                     "amplification": round(output_bytes / source_bytes, 4) if source_bytes else None},
     }
+
+
+def report_warnings(report: dict[str, Any]) -> list[str]:
+    """One line per thing in the export report that changes what training sees without failing."""
+    out = []
+    for name, video in report.get("video", {}).items():
+        if video.get("missing_frame_steps"):
+            episodes = video["missing_frame_episodes"]
+            out.append(f"camera {name!r}: {video['missing_frame_steps']} window steps "
+                       f"({100 * video['missing_frame_fraction']:.1f}%) inside the video's span have no frame "
+                       f"(frames missing from the file; masked), e.g. episode {episodes[0]['episode_id']!r}: "
+                       f"see report.video.{name} in the manifest")
+    return out

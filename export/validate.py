@@ -17,7 +17,7 @@ from export.errors import EpisodeError
 from export.extent import ExtentError, episode_extent, segment_span
 from export.resample import StreamError, clean_stream
 from export.store import Problem, StoreSchema, open_store, safe_media_path
-from export.video import VideoError, probe_video
+from export.video import MISSING_FRAMES_LIMIT, VideoError, probe_video
 
 FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
 
@@ -136,6 +136,13 @@ def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreRepor
             "warning", f"declared fps {float(declared):g}, but the timestamps of {video.get('path')!r} give "
             f"{measured:.3f} fps; frames are chosen by their real timestamps", ep, name,
             hint="fix fps in the store if it is wrong"))
+    if info.unreadable_frames:
+        share = info.unreadable_frames / info.listed_frames
+        report.problems.append(Problem(
+            "error" if share > MISSING_FRAMES_LIMIT else "warning",
+            f"{video.get('path')!r} lists {info.listed_frames} frames but {info.unreadable_frames} "
+            f"({100 * share:.0f}%) cannot be read (a truncated file?); steps that need them are masked", ep, name,
+            hint="re-encode or re-download the video"))
     start, end = video.get("start_s"), video.get("end_s")
     first, last = float(info.pts[0]), float(info.pts[-1])
     span = segment_span(info.pts, start, end, video.get("clock_offset_s"))

@@ -15,6 +15,9 @@ import numpy as np
 from export.resample import TIME_EPS
 
 SELECTION_MODES = ("nearest", "causal")
+# a camera lacking frames (holes, truncation) for more than this share of an episode's steps inside
+# its span makes the episode an error; any share at all is a warning in the report
+MISSING_FRAMES_LIMIT = 0.25
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,22 @@ class VideoInfo:
     width: int
     height: int
     codec: str
+    listed_frames: int = 0  # frames the container's index lists (0: it does not say); > len(pts): truncated
+    declared_end: float | None = None  # end of the stream by the container's duration, file clock
+
+    @property
+    def span_end(self) -> float:
+        """File time of the video's last frame as the container declares it: the last readable frame, or
+        later when the index lists frames whose data is gone (a truncated file whose index is in front)."""
+        last = float(self.pts[-1])
+        if self.declared_end is None or len(self.pts) < 2:
+            return last
+        return max(last, self.declared_end - float(np.median(np.diff(self.pts))))
+
+    @property
+    def unreadable_frames(self) -> int:
+        """Frames the container lists but whose packets cannot be read."""
+        return max(0, self.listed_frames - len(self.pts))
 
     @property
     def measured_fps(self) -> float | None:
@@ -53,9 +72,12 @@ def probe_video(path: Path) -> VideoInfo:
             base = float(stream.time_base)
             pts = [p.pts for p in container.demux(stream) if p.pts is not None and p.size > 0]
             rate = stream.average_rate or stream.guessed_rate
+            declared_end = (float((stream.start_time or 0) + stream.duration) * base
+                            if stream.duration else None)
             info = VideoInfo(np.sort(np.asarray(pts, dtype=np.float64) * base),
                              float(rate) if rate else None, stream.codec_context.width,
-                             stream.codec_context.height, stream.codec_context.name)
+                             stream.codec_context.height, stream.codec_context.name,
+                             int(stream.frames or 0), declared_end)
     except av.FFmpegError as exc:
         raise VideoError(f"{path.name} cannot be read as a video: {exc}") from exc
     if not len(info.pts):

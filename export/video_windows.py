@@ -55,6 +55,8 @@ class VideoWindows:
         self._reformatter: Any = None  # one swscale context for all frames (see _to_rgb)
         self._scaler: Any = None
         self.peak_frames = 0  # most decoded frames held at once: the memory bound, reported per camera
+        self.span_steps = 0  # window steps inside the video's own span (see _count_missing)
+        self.missing_steps = 0  # of those, steps with no frame: frames missing from the file
         try:
             self._box = crop_box(self.info.width, self.info.height, options.crop, options.resize)
         except CropError as exc:
@@ -112,6 +114,7 @@ class VideoWindows:
     def frames(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
         """(frames [W, n, H, W, 3] uint8, valid [W, n]) for episode times `query` [W, n]."""
         index, valid = self._select(query, extent)
+        self._count_missing(query.ravel(), valid, extent)
         self._wanted[index] = True  # callers that did not `expect` still get this chunk's frames
         lowest = int(index.min())
         for stale in [i for i in self._frames if i < lowest]:
@@ -121,6 +124,18 @@ class VideoWindows:
         if self.options.pad == "zero":
             out[~valid] = 0
         return out.reshape(query.shape + self.shape), valid.reshape(query.shape)
+
+    def _count_missing(self, query: np.ndarray, valid: np.ndarray, extent: tuple[float, float]) -> None:
+        """Count steps ([Q] episode times) inside the video's own span, its segment and the extent that
+        got no frame: frames missing from the file (a hole in the timestamps, or a truncated file whose
+        index lists frames that are gone), as opposed to steps simply outside the video."""
+        file_t = self._file_times(query)
+        half = self._period / 2 if np.isfinite(self._period) else 0.0
+        inside = ((file_t >= self.info.pts[self._lo] - half) & (file_t <= self.info.span_end + half)
+                  & in_segment(file_t, self.start_s, self.end_s)
+                  & (query >= extent[0] - 1e-9) & (query <= extent[1] + 1e-9))
+        self.span_steps += int(inside.sum())
+        self.missing_steps += int((inside & ~valid).sum())
 
     def _advance(self, last: int) -> None:
         """Decode up to frame `last`, keeping (converted) only the frames some window wants."""

@@ -146,4 +146,4 @@ def test_undecodable_image_is_an_episode_error(tmp_path: Path, capsys: pytest.Ca
     path.write_bytes(path.read_bytes()[:60])  # PNG magic kept, data truncated
     assert _export(root, tmp_path / "out", "streams.overview.encoding=png") == 2
     err = capsys.readouterr().err
-    assert "episode 'ep_0000', field 'overview': image 'media/overview/ep_0000.png': the image cannot be decoded" in err
+    assert "episode 'ep_0000', field 'overview': image 'media/overview/ep_0000.png' cannot be decoded" in err
