@@ -22,6 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from reader.format import ShardFormatError
 from reader.layout import SampleDecoder
 from reader.manifest import shards_of
+from reader.members import MemberSet
 from reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
 from reader.source import ShardReadError, ShardSource, load_manifest
 
@@ -84,6 +85,7 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
         self.transform, self.on_error, self.storage_options = transform, on_error, storage_options
         self.verify = {s.path: s.sha256 for s in self.shards} if verify else None
+        self.members = MemberSet.from_schema(self.manifest["schema"])  # what every sample must hold
         self.cameras = ([n for n, s in self.manifest["schema"].items() if s.get("kind") == "video"]
                         if video_layout == "TCHW" else [])
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor
@@ -244,7 +246,7 @@ class ShardDataset(IterableDataset):
         released while they wait), local ones as read-ahead hints to the kernel for the mapped shard,
         so disk or network time overlaps decoding. Samples that repeat the member layout of an earlier
         one decode through that layout (`reader/layout.py`); the others through the checked tar walk."""
-        decoder = SampleDecoder()
+        decoder = SampleDecoder(self.members)
         with ThreadPoolExecutor(max_workers=READ_THREADS if source.remote else 1) as pool:
             window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, Future | (path, stop))
             ahead = 0  # bytes in `window`

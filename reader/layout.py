@@ -24,7 +24,8 @@ from typing import Any, Union
 import numpy as np
 
 from reader.decode import decode_member, decode_sample
-from reader.format import BLOCK, iter_members, parse_npy_header, read_sample, tar_header
+from reader.format import BLOCK, ShardFormatError, iter_members, parse_npy_header, read_sample, tar_header
+from reader.members import MemberSet
 
 Buffer = Union[bytes, mmap.mmap]  # slicing gives bytes (a memoryview slice would not compare as fast)
 MAX_LAYOUTS = 64  # distinct sample lengths with a layout; past that, new lengths use the checked walk
@@ -176,16 +177,22 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
 class SampleDecoder:
     """Samples from shard bytes: through a learned layout when one matches, else the checked walk.
 
-    One per reading loop (it holds the layouts learned so far; no state is shared between loops)."""
+    With `members`, every sample must hold exactly that member set (`reader/members.py`): the checked
+    walk checks each sample it reads, and layouts are learned only from samples that passed, so a
+    sample matching a layout (byte-identical member names, the whole sample covered) has the same
+    set and costs nothing more. One per reading loop (it holds the layouts learned so far; no state is
+    shared between loops)."""
 
-    def __init__(self) -> None:
+    def __init__(self, members: MemberSet | None = None) -> None:
+        self.members = members
         self._layouts: dict[int, SampleLayout | None] = {}  # sample length -> layout (None: not learnable)
         self._relearned: dict[int, int] = {}
         self.matched = 0  # samples decoded through a layout (the rest went through the checked walk)
 
     def decode(self, buf: Buffer, start: int, stop: int, where: str, base: int) -> dict[str, Any]:
         """The decoded sample in bytes [start, stop) of `buf`, which sit at byte `base` of shard `where`.
-        Raises ShardFormatError / ValueError (from the checked walk) for anything malformed."""
+        Raises ShardFormatError / ValueError (from the checked walk) for anything malformed, and
+        ShardFormatError for a member set other than `members`."""
         length = stop - start
         layout = self._layouts.get(length)
         if layout is not None and stop <= len(buf):
@@ -194,6 +201,9 @@ class SampleDecoder:
                 self.matched += 1
                 return sample
         key, members = read_sample(memoryview(buf)[start:stop], where, base)
+        problem = self.members.problem(members) if self.members is not None else None
+        if problem is not None:
+            raise ShardFormatError(f"shard {where}: byte {base}: sample {key!r}: {problem}")
         sample = decode_sample(key, members)
         self._learn(buf, start, stop, layout)
         return sample
