@@ -170,7 +170,8 @@ def verify_export(out: Path, store: Path | None = None, check_windows: int = 32,
     try:
         manifest = parse_manifest(manifest_path.read_bytes(), str(manifest_path))
     except ManifestError as exc:
-        raise UserError(str(exc)) from exc
+        raise UserError(str(exc), hint="the manifest is not as robowds wrote it (edited or damaged): "
+                        "export again into a new folder") from exc
     result = VerifyResult()
     keys: set[str] = set()
     jobs = [(split, shard) for split in sorted(manifest["splits"]) for shard in shards_of(manifest, split)]
