@@ -11,12 +11,14 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 
 import reader.dataset
 from exports import export_synthetic
 from reader import ShardDataset, ShardLoader
-from reader.format import END_OF_ARCHIVE, encode_sample, group_samples, iter_members
+from reader.format import END_OF_ARCHIVE, ShardFormatError, encode_npy, encode_sample, group_samples, iter_members
+from reader.layout import SampleDecoder
 from reader.members import MemberSet
 from reader.source import ShardReadError, ShardSource
 
@@ -38,7 +40,7 @@ def copy(exported: Path, tmp_path: Path) -> Path:
 
 def rewrite_sample(out: Path, shard_index: int, sample_index: int, change: Callable[[Members], Members]) -> tuple[str, str, int]:
     """Re-encode one sample of a shard with `change` applied to its members and rewrite the shard and
-    its manifest entry (offsets, bytes, sha256) to match: the manifest is consistent, the sample is not.
+    its manifest entry (offsets, bytes, sha256, the split's bytes) to match: the manifest is consistent, the sample is not.
     Returns (shard path, key, byte offset of the sample)."""
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["splits"]["train"]["shards"][shard_index]
@@ -50,6 +52,7 @@ def rewrite_sample(out: Path, shard_index: int, sample_index: int, change: Calla
     offsets = [sum(len(b) for b in blobs[:i]) for i in range(len(blobs))]
     shard = b"".join(blobs) + END_OF_ARCHIVE
     (out / entry["path"]).write_bytes(shard)
+    manifest["splits"]["train"]["bytes"] += len(shard) - entry["bytes"]
     entry.update(offsets=offsets, bytes=len(shard), sha256=hashlib.sha256(shard).hexdigest())
     (out / "manifest.json").write_text(json.dumps(manifest))
     return entry["path"], key, offsets[sample_index]
@@ -87,6 +90,7 @@ def test_manifest_bytes_smaller_than_the_shard_is_caught(copy: Path) -> None:
     manifest = json.loads((copy / "manifest.json").read_text())
     entry = manifest["splits"]["train"]["shards"][0]
     entry["bytes"] -= 1024
+    manifest["splits"]["train"]["bytes"] -= 1024  # the manifest agrees with itself, not with the file
     (copy / "manifest.json").write_text(json.dumps(manifest))
     key = list(group_samples(iter_members((copy / entry["path"]).read_bytes())))[-1][0]
     with pytest.raises(ShardReadError, match=rf"^shard {entry['path']}: byte {entry['offsets'][-1]}: sample '{key}': "
@@ -129,3 +133,20 @@ def test_verify_hashes_a_corrupt_shard_once(copy: Path, exported: Path, monkeypa
     assert loader.skipped == len(bad_keys) == shards[1]["samples"]
     assert keys == [k for k in reference if k not in bad_keys]
     assert len(sources) == 1 and sources[0].hashed == len(shards)  # every shard hashed once, the corrupt one too
+
+
+def test_a_learned_layout_does_not_let_a_renamed_member_through() -> None:
+    """A sample of the same length as a learned layout but with another member name misses the layout
+    (its header bytes differ) and the checked walk refuses its member set."""
+    members = MemberSet(frozenset({"joints.npy", "task.txt"}), ())
+    decoder = SampleDecoder(members)
+    good = [encode_sample(f"k{i}", {"joints.npy": encode_npy(np.full((10, 7), i, np.float32)), "task.txt": b"pick"})
+            for i in range(2)]
+    renamed = encode_sample("k2", {"joints.npy": encode_npy(np.zeros((10, 7), np.float32)), "tusk.txt": b"pick"})
+    assert len(renamed) == len(good[0])
+    for blob in good:
+        assert decoder.decode(blob, 0, len(blob), "s.tar", 0)["task"] == "pick"
+    assert decoder.matched == 1  # the second sample came through the learned layout
+    with pytest.raises(ShardFormatError, match=r"^shard s.tar: byte 0: sample 'k2': members do not match the manifest "
+                                               r"schema: missing \['task.txt'\], unexpected \['tusk.txt'\]$"):
+        decoder.decode(renamed, 0, len(renamed), "s.tar", 0)
