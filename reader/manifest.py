@@ -100,8 +100,8 @@ def _expect(container: Any, key: str, kind: type, where: str) -> Any:
         raise ManifestError(f"{where}: {key!r} is missing")
     value = container[key]
     if not (_is_int(value) if kind is int else isinstance(value, kind)):
-        raise ManifestError(f"{where}: {key!r} must be {'an integer' if kind is int else f'a JSON {_JSON_NAMES[kind]}'}, "
-                            f"got {json.dumps(value)[:60]}")
+        wanted = "an integer" if kind is int else f"a JSON {_JSON_NAMES[kind]}"
+        raise ManifestError(f"{where}: {key!r} must be {wanted}, got {json.dumps(value)[:60]}")
     return value
 
 

@@ -50,5 +50,6 @@ class MemberSet:
                 missing.add(min(choice).split(".", 1)[0] + ".<" + "|".join(ORIGINAL_IMAGE_EXTS) + ">")
         if not missing and not foreign:
             return None
-        parts = ([f"missing {sorted(missing)}"] if missing else []) + ([f"unexpected {sorted(foreign)}"] if foreign else [])
+        parts = [f"missing {sorted(missing)}"] if missing else []
+        parts += [f"unexpected {sorted(foreign)}"] if foreign else []
         return "members do not match the manifest schema: " + ", ".join(parts)

@@ -38,7 +38,8 @@ def copy(exported: Path, tmp_path: Path) -> Path:
     return tmp_path / "out"
 
 
-def rewrite_sample(out: Path, shard_index: int, sample_index: int, change: Callable[[Members], Members]) -> tuple[str, str, int]:
+def rewrite_sample(out: Path, shard_index: int, sample_index: int,
+                   change: Callable[[Members], Members]) -> tuple[str, str, int]:
     """Re-encode one sample of a shard with `change` applied to its members and rewrite the shard and
     its manifest entry (offsets, bytes, sha256, the split's bytes) to match: the manifest is consistent, the sample is not.
     Returns (shard path, key, byte offset of the sample)."""
