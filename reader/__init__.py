@@ -5,14 +5,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ShardDataset", "ShardLoader", "collate", "Collate"]
+__all__ = ["ShardDataset", "ShardLoader", "collate", "Collate", "RetryPolicy"]
 
 # public name -> the submodule that defines it. Imported on first access (PEP 562), because `export`
 # imports `reader.format` / `reader.manifest` and must not pull in torch. No submodule may be named
 # like a public name: the import system binds a submodule as an attribute of the package when it is
 # imported, which would shadow the public name (reader/collate.py did, until it became collation.py).
 _LAZY = {"ShardDataset": "reader.dataset", "ShardLoader": "reader.loader",
-         "collate": "reader.collation", "Collate": "reader.collation"}
+         "collate": "reader.collation", "Collate": "reader.collation", "RetryPolicy": "reader.remote"}
 
 
 def __getattr__(name: str) -> Any:

@@ -24,6 +24,7 @@ from reader.layout import SampleDecoder
 from reader.manifest import shards_of
 from reader.members import MemberSet
 from reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
+from reader.remote import RetryPolicy
 from reader.source import ShardReadError, ShardSource, load_manifest
 
 STATE_VERSION = 1
@@ -66,7 +67,7 @@ class ShardDataset(IterableDataset):
                  collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None, rank: int | None = None,
                  world_size: int | None = None, transform: Transform | None = None, verify: bool = False,
                  on_error: str = "raise", storage_options: dict[str, Any] | None = None,
-                 video_layout: str = "THWC") -> None:
+                 video_layout: str = "THWC", retry: RetryPolicy | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if video_layout not in ("THWC", "TCHW"):
@@ -75,7 +76,8 @@ class ShardDataset(IterableDataset):
             raise ValueError("on_error must be 'raise' or 'skip'")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        self.manifest, self.base = load_manifest(source, storage_options)
+        self.retry = retry or RetryPolicy()  # remote reads: attempts and backoff (reader/remote.py)
+        self.manifest, self.base = load_manifest(source, storage_options, self.retry)
         self.split = split
         self.shards = shards_of(self.manifest, split)
         self.counts = tuple(s.samples for s in self.shards)
@@ -197,7 +199,7 @@ class ShardDataset(IterableDataset):
         positions = positions[self._yielded * unit:]
         items = -(-len(positions) // unit)  # what this pass hands out: samples, or batches
         last = items - 1 if workers == 1 else -1  # the item after which this copy moves to the next epoch
-        source = ShardSource(self.base, self.storage_options, self.verify)
+        source = ShardSource(self.base, self.storage_options, self.verify, self.retry)
         samples = self._samples(source, sequence[positions].tolist())
         if self.collate_fn is None:
             for i, sample in enumerate(samples):

@@ -9,7 +9,8 @@ faster from the page cache (scripts/bench_read.py: 5.35 vs 4.74 GB/s); from a co
 
 Reads are by byte range from the manifest's offsets, so resuming never replays consumed data. `pipe:`
 URLs (which run a shell command, as webdataset allows) are refused: random access needs ranged reads,
-which fsspec URLs give without running anything.
+which fsspec URLs give without running anything. Remote reads are retried on transient faults
+(`reader/remote.py`); one that fails for good is a `ShardReadError` naming shard, byte range and URL.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections import OrderedDict
 from typing import Any
 
 from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+from reader.remote import ObjectTruncated, RangeReader, RemoteReadError, RetryPolicy, s3_filesystem
 
 MAX_OPEN = 64
 PREFETCH_MIN = 64 * 1024  # local samples from this size on get a read-ahead hint (smaller: fault-around does it)
@@ -42,9 +44,21 @@ def _check_pipe(path: str) -> None:
                             "range and refuses it: use a local path or an fsspec URL (s3://, gs://, https://)")
 
 
-def load_manifest(source: str | os.PathLike[str],
-                  storage_options: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
-    """(manifest, base) from a manifest path/URL or the folder holding it; base is its folder."""
+def remote_filesystem(url: str, storage_options: dict[str, Any] | None) -> Any:
+    """The fsspec filesystem for `url`, with the library's own retries off where `RetryPolicy` takes over."""
+    import fsspec
+    from fsspec.core import split_protocol
+
+    options = dict(storage_options or {})
+    if split_protocol(url)[0] in ("s3", "s3a") and "::" not in url:
+        return s3_filesystem(url, options)
+    return fsspec.url_to_fs(url, **options)[0]
+
+
+def load_manifest(source: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
+                  retry: RetryPolicy | None = None) -> tuple[dict[str, Any], str]:
+    """(manifest, base) from a manifest path/URL or the folder holding it; base is its folder. A remote
+    manifest is read under `retry` (default `RetryPolicy()`), failing as `ManifestError` with the URL."""
     text = os.fspath(source)
     _check_pipe(text)
     if not _is_url(text):
@@ -53,18 +67,20 @@ def load_manifest(source: str | os.PathLike[str],
             path = os.path.join(path, MANIFEST_NAME)
         with open(path, "rb") as fh:
             return parse_manifest(fh.read(), path), os.path.dirname(path)
-    import fsspec
-
     url = text if text.endswith(".json") else text.rstrip("/") + "/" + MANIFEST_NAME
-    with fsspec.open(url, "rb", **(storage_options or {})) as fh:
-        return parse_manifest(fh.read(), url), url.rsplit("/", 1)[0]
+    reader = RangeReader(remote_filesystem(url, storage_options), retry or RetryPolicy())
+    try:
+        data = reader.read_all(url)
+    except RemoteReadError as exc:
+        raise ManifestError(f"{url}: cannot be read: {exc}") from exc
+    return parse_manifest(data, url), url.rsplit("/", 1)[0]
 
 
 class ShardSource:
     """Byte ranges of shards under one base (a folder or URL prefix); one per DataLoader worker."""
 
     def __init__(self, base: str, storage_options: dict[str, Any] | None = None,
-                 verify: dict[str, str] | None = None) -> None:
+                 verify: dict[str, str] | None = None, retry: RetryPolicy | None = None) -> None:
         _check_pipe(base)
         self.base = base
         self.remote = _is_url(base)
@@ -76,7 +92,8 @@ class ShardSource:
         self._verified: set[str] = set()
         self._corrupt: dict[str, str] = {}  # shard path -> why it failed its sha256 check (<= one per shard)
         self.hashed = 0  # shards hashed by this source: each at most once, whatever its verdict
-        self._fs: Any = None
+        self.retry = retry or RetryPolicy()
+        self._reader: RangeReader | None = None
 
     def location(self, path: str) -> str:
         return posixpath.join(self.base, path) if self.remote else os.path.join(self.base, path)
@@ -89,7 +106,7 @@ class ShardSource:
                 if path not in self._verified:
                     self._check_sha(path)
         if self.remote:
-            data: bytes | mmap.mmap = self._filesystem().cat_file(self.location(path), start=start, end=stop)
+            data: bytes | mmap.mmap = self._remote_range(path, start, stop)
             have, offset = len(data), 0
         else:
             data = self._map(path)
@@ -124,12 +141,21 @@ class ShardSource:
                 self._maps.popitem(last=False)  # not closed: arrays may still view it; GC unmaps it
             return mm
 
-    def _filesystem(self) -> Any:
-        if self._fs is None:
-            import fsspec
+    def _remote(self) -> RangeReader:
+        if self._reader is None:  # made in the process that reads (a DataLoader worker), not pickled into it
+            self._reader = RangeReader(remote_filesystem(self.base, self.storage_options), self.retry)
+        return self._reader
 
-            self._fs = fsspec.url_to_fs(self.base, **self.storage_options)[0]
-        return self._fs
+    def _remote_range(self, path: str, start: int, stop: int) -> bytes:
+        """Bytes [start, stop) of a remote shard, retried; a `ShardReadError` naming shard, range and URL."""
+        url = self.location(path)
+        try:
+            return self._remote().read(url, start, stop)
+        except ObjectTruncated as exc:
+            raise ShardReadError(f"shard {path}: byte {exc.size}: shard is truncated (wanted bytes {start}-{stop} "
+                                 f"of {url}, {exc})") from exc
+        except RemoteReadError as exc:
+            raise ShardReadError(f"shard {path}: bytes {start}-{stop} of {url}: {exc}") from exc
 
     def _check_sha(self, path: str) -> None:
         """Hash the shard once and remember the verdict: with on_error="skip" every sample of a corrupt
@@ -138,10 +164,14 @@ class ShardSource:
             raise ShardReadError(self._corrupt[path])
         self.hashed += 1
         digest = hashlib.sha256()
-        if self.remote:
-            with self._filesystem().open(self.location(path), "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 22), b""):
-                    digest.update(chunk)
+        if self.remote:  # in ranged reads, each retried: [0, size) in 4 MiB pieces, memory stays 4 MiB
+            url = self.location(path)
+            try:
+                size = self._remote().size(url)
+            except RemoteReadError as exc:
+                raise ShardReadError(f"shard {path}: byte 0: cannot get the size of {url}: {exc}") from exc
+            for low in range(0, size, 1 << 22):
+                digest.update(self._remote_range(path, low, min(size, low + (1 << 22))))
         else:
             digest.update(self._map(path))
         if digest.hexdigest() != self.verify[path]:

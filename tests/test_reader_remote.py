@@ -1,0 +1,328 @@
+"""Remote reads through a faulty network: a real moto S3 server on loopback behind a fault-injecting
+HTTP proxy written here. Every 3rd response is reset, cut, delayed past the timeout, answered 503
+SlowDown, or served without honouring `Range`: each sample must still arrive exactly once, in plan
+order, equal to a local read. A fault on every response is one `ShardReadError` naming shard, byte
+range and URL, and `on_error="skip"` skips exactly the samples of the affected shard."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from exports import export_synthetic
+from reader import RetryPolicy, ShardDataset, ShardLoader
+from reader.source import ShardReadError
+
+pytest.importorskip("moto")
+boto3 = pytest.importorskip("boto3")
+pytest.importorskip("s3fs")
+
+FAST = RetryPolicy(attempts=6, backoff_s=0.01, max_backoff_s=0.05, timeout_s=1.0)  # short waits in tests
+DELAY_S = 1.5  # "delay" holds a response this long: past FAST.timeout_s, so the attempt times out
+CUT_AT = 700  # "cut" / "short" send this many body bytes
+SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+            b"<Message>Please reduce your request rate.</Message></Error>")
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
+
+
+class FaultProxy(socketserver.ThreadingTCPServer):
+    """An HTTP/1.1 proxy to `upstream` that spoils every `every`-th response whose path contains
+    `only` (the request is counted either way), at most `per_target` times for one (method, path,
+    Range), so a retry eventually gets through whatever the threads' interleaving. Modes:
+    reset (RST instead of a response), cut (Content-Length kept, body stopped after CUT_AT bytes, RST),
+    short (a consistent response of CUT_AT bytes), delay (DELAY_S before answering), 503 (SlowDown),
+    ignore_range (the request forwarded without Range: 200 and the whole object), extra (206 with 100
+    bytes too many)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, upstream: int) -> None:
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+        self.upstream = upstream
+        self.mode: str | None = None
+        self.every, self.only, self.per_target = 3, "", 2
+        self.count, self.faults = 0, 0
+        self.spoiled: dict[tuple[str, str, str], int] = {}
+        self.lock = threading.Lock()
+
+    def configure(self, mode: str | None, every: int = 3, only: str = "", per_target: int = 2) -> None:
+        with self.lock:
+            self.mode, self.every, self.only, self.per_target = mode, every, only, per_target
+            self.count, self.faults, self.spoiled = 0, 0, {}
+
+    def fault_for(self, method: str, path: str, headers: dict[str, str]) -> str | None:
+        with self.lock:
+            if self.mode is None or self.only not in path:
+                return None
+            self.count += 1
+            target = (method, path, headers.get("range", ""))
+            if self.count % self.every or self.spoiled.get(target, 0) >= self.per_target:
+                return None
+            self.spoiled[target] = self.spoiled.get(target, 0) + 1
+            self.faults += 1
+            return self.mode
+
+
+class _ProxyHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        server: FaultProxy = self.server  # type: ignore[assignment]
+        conn: socket.socket = self.request
+        reader = conn.makefile("rb")
+        try:
+            while True:
+                line = reader.readline()
+                if not line.strip():
+                    return
+                method, path, _ = line.decode("latin-1").split(" ", 2)
+                headers: dict[str, str] = {}
+                raw: list[tuple[str, str]] = []
+                while (h := reader.readline()) not in (b"\r\n", b"\n", b""):
+                    name, _, value = h.decode("latin-1").partition(":")
+                    raw.append((name.strip(), value.strip()))
+                    headers[name.strip().lower()] = value.strip()
+                body = reader.read(int(headers.get("content-length", 0) or 0))
+                fault = server.fault_for(method, path, headers)
+                if fault == "reset":
+                    _reset(conn)
+                    return
+                forward = {k: v for k, v in raw if k.lower() not in HOP_BY_HOP
+                           and not (fault == "ignore_range" and k.lower() == "range")}
+                upstream = http.client.HTTPConnection("127.0.0.1", server.upstream, timeout=30)
+                upstream.request(method, path, body=body or None, headers=forward)
+                response = upstream.getresponse()
+                status, reason, data = response.status, response.reason, response.read()
+                out = [(k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP]
+                length = int(response.getheader("content-length") or len(data))
+                upstream.close()
+                if fault == "delay":
+                    time.sleep(DELAY_S)
+                elif fault == "503":
+                    status, reason, data, length = 503, "Slow Down", SLOWDOWN, len(SLOWDOWN)
+                    out = [("Content-Type", "application/xml")]
+                elif fault == "short" and method == "GET":
+                    data, length = data[:CUT_AT], min(CUT_AT, len(data))
+                elif fault == "extra" and method == "GET":
+                    data, length = data + b"\0" * 100, len(data) + 100
+                head = [f"HTTP/1.1 {status} {reason}", *(f"{k}: {v}" for k, v in out),
+                        f"Content-Length: {length}", "Connection: keep-alive"]
+                conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+                if method == "HEAD":
+                    continue
+                if fault == "cut":
+                    conn.sendall(data[:CUT_AT])
+                    _reset(conn)
+                    return
+                conn.sendall(data)
+        except OSError:  # the client gave up on a delayed response, or went away
+            return
+
+
+def _reset(conn: socket.socket) -> None:
+    """Close with a TCP RST (SO_LINGER 0), as a crashed peer or middlebox does."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_synthetic(tmp_path_factory.mktemp("remote"), 3, 2, "--stride", "8",
+                            "--set", "shard.max_samples=8", "--set", "exclude=[overview]")
+
+
+@pytest.fixture(scope="module")
+def s3(exported: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
+    """(proxy, storage_options reaching moto through it); the shards uploaded as s3://robots/ds/."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = FaultProxy(port)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
+        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", **creds)
+        client.create_bucket(Bucket="robots")
+        for path in exported.rglob("*"):
+            if path.is_file():
+                client.upload_file(str(path), "robots", f"ds/{path.relative_to(exported).as_posix()}")
+        endpoint = f"http://127.0.0.1:{proxy.server_address[1]}"
+        yield proxy, {"key": "test", "secret": "test", "skip_instance_cache": True,
+                      "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        server.terminate()
+        server.wait(timeout=10)
+
+
+URL = "s3://robots/ds/manifest.json"
+
+
+def canonical(item: Any) -> Any:
+    """Exact, comparable content of a sample or batch (arrays and tensors as dtype, shape, bytes)."""
+    if isinstance(item, torch.Tensor):
+        item = item.numpy()
+    if isinstance(item, np.ndarray):
+        return ("array", item.dtype.str, item.shape, item.tobytes())
+    if isinstance(item, dict):
+        return tuple((k, canonical(v)) for k, v in sorted(item.items()))
+    if isinstance(item, (list, tuple)):
+        return tuple(canonical(v) for v in item)
+    return item
+
+
+def read(source: Any, workers: int = 0, **kwargs: Any) -> list[Any]:
+    """Every batch of 3 of one epoch (seed 4, shuffled) through ShardLoader, canonical."""
+    return [canonical(b) for b in ShardLoader(ShardDataset(source, "train", seed=4, **kwargs), batch_size=3,
+                                              num_workers=workers)]
+
+
+@pytest.fixture(scope="module")
+def local(exported: Path) -> list[Any]:
+    return read(exported)
+
+
+MODES = ["reset", "cut", "short", "delay", "503", "ignore_range", "extra"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_third_response_faulty_reads_each_sample_once_in_order(
+        s3: tuple[FaultProxy, dict[str, Any]], local: list[Any], mode: str) -> None:
+    proxy, options = s3
+    proxy.configure(mode)
+    remote = read(URL, storage_options=options, retry=FAST)
+    assert proxy.faults >= len(local) // 3  # the faults really happened (one GET per sample, plus metadata)
+    assert remote == local
+    assert sum(len(b[0][1]) for b in remote) > 0
+
+
+@pytest.mark.parametrize("mode", ["cut"])
+def test_faulty_responses_with_two_dataloader_workers(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any],
+                                                       mode: str) -> None:
+    proxy, options = s3
+    proxy.configure(mode)
+    assert read(URL, workers=2, storage_options=options, retry=FAST) == local
+    assert proxy.faults > 0
+
+
+def test_verify_hashes_through_faults(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any]) -> None:
+    proxy, options = s3
+    proxy.configure("cut", only=".tar")
+    assert read(URL, storage_options=options, retry=FAST, verify=True) == local
+
+
+def _shard(exported: Path, index: int) -> dict[str, Any]:
+    return json.loads((exported / "manifest.json").read_text())["splits"]["train"]["shards"][index]
+
+
+def test_permanent_fault_names_shard_range_and_url_and_is_skipped(
+        s3: tuple[FaultProxy, dict[str, Any]], exported: Path, local: list[Any]) -> None:
+    proxy, options = s3
+    shard = _shard(exported, 1)
+    proxy.configure("503", every=1, only=shard["path"], per_target=10**9)
+    ds = ShardDataset(URL, "train", shuffle=False, storage_options=options, retry=FAST)
+    first = next(i for i, s in enumerate(ds.shards) if s.path == shard["path"])
+    before = sum(ds.counts[:first])
+    start, stop = shard["offsets"][0], shard["offsets"][1]
+    url = f"s3://robots/ds/{shard['path']}"
+    began = time.monotonic()
+    with pytest.raises(ShardReadError) as info:
+        for i, _ in enumerate(ds):
+            assert i < before  # the samples before the broken shard arrive
+    message = str(info.value)
+    assert message.startswith(f"shard {shard['path']}: bytes {start}-{stop} of {url}: ")
+    assert message.endswith(f"HTTP 503 SlowDown: Please reduce your request rate. (gave up after {FAST.attempts} "
+                            f"attempts in {message.rsplit(' in ', 1)[1]}")
+    assert time.monotonic() - began < FAST.bound_s() + 5
+
+    # skipped: the same epoch without exactly that shard's samples, in the same order
+    proxy.configure("503", every=1, only=shard["path"], per_target=10**9)
+    skipping = ShardLoader(ShardDataset(URL, "train", seed=4, on_error="skip", storage_options=options,
+                                        retry=RetryPolicy(attempts=3, backoff_s=0.0, timeout_s=1.0)),
+                           batch_size=3, num_workers=2)
+    got = [canonical(b) for b in skipping]
+    keys = [k for b in got for k in dict(b)["__key__"]]
+    local_keys = [k for b in local for k in dict(b)["__key__"]]
+    lost = set(local_keys) - set(keys)
+    assert keys == [k for k in local_keys if k not in lost] and len(got) == len(local)
+    assert len(lost) == shard["samples"] == skipping.skipped
+
+
+def test_server_ignoring_range_is_reported_as_such(s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
+    proxy, options = s3
+    shard = _shard(exported, 0)
+    proxy.configure("ignore_range", every=1, only=".tar", per_target=10**9)
+    ds = ShardDataset(URL, "train", shuffle=False, storage_options=options, retry=FAST)
+    start, stop = shard["offsets"][0], shard["offsets"][1]
+    with pytest.raises(ShardReadError) as info:
+        next(iter(ds))
+    message = str(info.value)
+    assert message.startswith(f"shard {shard['path']}: bytes {start}-{stop} of s3://robots/ds/{shard['path']}: "
+                              f"the server ignored the byte range: it returned {shard['bytes']} bytes for a "
+                              f"range of {stop - start}")
+    assert "truncated" not in message
+
+
+def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[str, Any]],
+                                                     exported: Path) -> None:
+    """A consistently short object is the shard's fault, not the network's: no retries, its size named."""
+    proxy, options = s3
+    proxy.configure(None)
+    shard = _shard(exported, 0)
+    cut = shard["offsets"][3] + 100
+    creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
+    client = boto3.client("s3", endpoint_url=options["client_kwargs"]["endpoint_url"], **creds)
+    client.put_object(Bucket="robots", Key=f"cut/{shard['path']}",
+                      Body=(exported / shard["path"]).read_bytes()[:cut])
+    client.put_object(Bucket="robots", Key="cut/manifest.json", Body=(exported / "manifest.json").read_bytes())
+    slow = RetryPolicy(attempts=4, backoff_s=5.0)  # a retry would show in the time taken
+    ds = ShardDataset("s3://robots/cut/", "train", shuffle=False, storage_options=options, retry=slow)
+    began = time.monotonic()
+    with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated "
+                                             rf"\(wanted bytes {shard['offsets'][3]}-{shard['offsets'][4]} of "
+                                             rf"s3://robots/cut/{shard['path']}, the object has {cut} bytes\)"):
+        list(ds)
+    assert time.monotonic() - began < 4
+
+
+def test_manifest_read_is_retried_and_fails_clearly(s3: tuple[FaultProxy, dict[str, Any]]) -> None:
+    from reader.manifest import ManifestError
+
+    proxy, options = s3
+    proxy.configure("reset", every=1, only="manifest.json", per_target=2)
+    assert ShardDataset(URL, "train", storage_options=options, retry=FAST).counts  # third attempt succeeds
+    proxy.configure("reset", every=1, only="manifest.json", per_target=10**9)
+    with pytest.raises(ManifestError, match=rf"^{URL}: cannot be read: .* \(gave up after 6 attempts"):
+        ShardDataset(URL, "train", storage_options=options, retry=FAST)
+
+
+def test_retry_policy_is_validated_and_bounded() -> None:
+    with pytest.raises(ValueError, match="attempts must be >= 1"):
+        RetryPolicy(attempts=0)
+    assert RetryPolicy().bound_s() == 0.5 + 1 + 2 + 4 + 5 * 60
