@@ -226,20 +226,26 @@ class RangeReader:
                 self._raise_if_shorter(url, stop)
             raise
         if len(data) > want:
-            raise _WrongLength(f"the server ignored the byte range: it returned {len(data)} bytes for a range "
-                               f"of {want} (does it support HTTP Range requests?)")
+            if self._size(url) == len(data):
+                raise _WrongLength(f"the server ignored the byte range: it returned the whole object ({len(data)} "
+                                   f"bytes) for a range of {want} bytes (does it support HTTP Range requests?)")
+            raise _WrongLength(f"the server returned {len(data)} bytes for a range of {want} bytes")
         if len(data) < want:
             self._raise_if_shorter(url, stop)
             raise _WrongLength(f"the response body was cut: {len(data)} of {want} bytes")
         return data
 
-    def _raise_if_shorter(self, url: str, stop: int) -> None:
-        """`ObjectTruncated` if the object ends before `stop` (one HEAD; unknown size: nothing)."""
+    def _size(self, url: str) -> int | None:
+        """The object's size (one HEAD, one attempt), None when that fails too."""
         try:
-            size = int(self._call(self.fs.size, "_size", url))
-        except Exception:  # noqa: BLE001 - unknown size: the caller treats the read as transient
-            return
-        if size < stop:
+            return int(self._call(self.fs.size, "_size", url))
+        except Exception:  # noqa: BLE001 - unknown: the caller treats its read as transient
+            return None
+
+    def _raise_if_shorter(self, url: str, stop: int) -> None:
+        """`ObjectTruncated` if the object ends before `stop` (unknown size: nothing)."""
+        size = self._size(url)
+        if size is not None and size < stop:
             raise ObjectTruncated(size)
 
     def _call(self, method: Callable[..., Any], coroutine: str, *args: Any, **kwargs: Any) -> Any:
