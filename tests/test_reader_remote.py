@@ -331,3 +331,58 @@ def test_retry_policy_is_validated_and_bounded() -> None:
     with pytest.raises(ValueError, match="attempts must be >= 1"):
         RetryPolicy(attempts=0)
     assert RetryPolicy().bound_s() == 0.5 + 1 + 2 + 4 + 5 * 60
+
+
+def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
+    """A 404 is not transient: no retries (a 5 s backoff would show), the status and code named."""
+    proxy, options = s3
+    proxy.configure(None)
+    shard = _shard(exported, 0)
+    creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
+    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{proxy.upstream}", **creds)
+    client.put_object(Bucket="robots", Key="gone/manifest.json", Body=(exported / "manifest.json").read_bytes())
+    ds = ShardDataset("s3://robots/gone", "train", shuffle=False, storage_options=options,
+                      retry=RetryPolicy(attempts=4, backoff_s=5.0))
+    start, stop = shard["offsets"][0], shard["offsets"][1]
+    began = time.monotonic()
+    with pytest.raises(ShardReadError) as info:
+        next(iter(ds))
+    assert str(info.value) == (f"shard {shard['path']}: bytes {start}-{stop} of s3://robots/gone/{shard['path']}: "
+                               "HTTP 404 NoSuchKey: The specified key does not exist.")
+    assert time.monotonic() - began < 2
+
+
+def test_transient_faults_are_told_from_permanent_ones() -> None:
+    import aiohttp
+    from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+    from fsspec.exceptions import FSTimeoutError
+    from s3fs.errors import translate_boto_error
+
+    from reader.remote import describe, is_transient
+
+    def client_error(status: int, code: str) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": f"m{status}"},
+                            "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+
+    def response_error(status: int) -> aiohttp.ClientResponseError:
+        return aiohttp.ClientResponseError(None, (), status=status)  # type: ignore[arg-type]
+
+    def raised_from(error: BaseException, cause: BaseException) -> BaseException:
+        error.__cause__ = cause
+        return error
+
+    transient = [client_error(503, "SlowDown"), client_error(500, "InternalError"), client_error(429, "TooManyRequests"),
+                 client_error(400, "RequestTimeout"), raised_from(translate_boto_error(client_error(500, "InternalError")),
+                                                              client_error(500, "InternalError")),
+                 aiohttp.ClientPayloadError("Response payload is not completed"),
+                 aiohttp.ServerDisconnectedError(), EndpointConnectionError(endpoint_url="http://x"),
+                 ReadTimeoutError(endpoint_url="http://x"), ConnectionResetError(), ConnectionRefusedError(),
+                 FSTimeoutError(), TimeoutError(), response_error(502), response_error(429)]
+    permanent = [client_error(404, "NoSuchKey"), client_error(403, "AccessDenied"), client_error(400, "InvalidArgument"),
+                 raised_from(translate_boto_error(client_error(404, "NoSuchKey")), client_error(404, "NoSuchKey")),
+                 FileNotFoundError("x"), PermissionError("x"), ValueError("x"), response_error(404)]
+    assert [is_transient(e) for e in transient] == [True] * len(transient)
+    assert [is_transient(e) for e in permanent] == [False] * len(permanent)
+    assert describe(client_error(503, "SlowDown")) == "HTTP 503 SlowDown: m503"
+    assert describe(ConnectionResetError(104, "Connection reset by peer")) == \
+        "ConnectionResetError: [Errno 104] Connection reset by peer"
