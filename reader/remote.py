@@ -197,19 +197,30 @@ def s3_filesystem(url: str, options: dict[str, Any]) -> Any:
 
 class RangeReader:
     """Byte ranges of remote objects through one fsspec filesystem, retried under a `RetryPolicy`.
-    Thread-safe (the dataset reads ahead in threads): it keeps no per-read state."""
+    Thread-safe (the dataset reads ahead in threads).
+
+    An object whose read just failed for good gets one attempt per read, without waits, until a read
+    of it succeeds: with `on_error="skip"`, a shard that cannot be reached would otherwise cost each
+    of its thousands of samples a full round of retries (hours for one shard)."""
 
     def __init__(self, fs: Any, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> None:
         self.fs = fs
         self.policy = policy
         self._sleep = sleep
         self._rng = random.Random()  # jitter only: never affects which bytes are returned
+        self._failing: set[str] = set()  # URLs whose last read failed for good (at most one per shard)
 
     def read(self, url: str, start: int, stop: int) -> bytes:
         """Exactly the bytes [start, stop) of `url`; `RemoteReadError` naming the last fault once the
         attempts are spent, `ObjectTruncated` at once when the object ends before `stop`."""
         want = stop - start
-        return self._retry(lambda: self._checked(url, start, stop, want))
+        try:
+            data = self._retry(lambda: self._checked(url, start, stop, want), 1 if url in self._failing else None)
+        except RemoteReadError:
+            self._failing.add(url)
+            raise
+        self._failing.discard(url)
+        return data
 
     def read_all(self, url: str) -> bytes:
         """The whole object (a manifest): the client checks the length against Content-Length."""
@@ -258,9 +269,10 @@ class RangeReader:
             return sync(self.fs.loop, getattr(self.fs, coroutine), *args, timeout=timeout, **kwargs)
         return method(*args, **kwargs)
 
-    def _retry(self, attempt: Callable[[], Any]) -> Any:
+    def _retry(self, attempt: Callable[[], Any], attempts: int | None = None) -> Any:
+        attempts = attempts or self.policy.attempts
         began = time.monotonic()
-        for k in range(self.policy.attempts):
+        for k in range(attempts):
             try:
                 return attempt()
             except ObjectTruncated:
@@ -268,9 +280,10 @@ class RangeReader:
             except Exception as exc:  # noqa: BLE001 - classified below; anything else is re-raised
                 if not is_transient(exc):
                     raise RemoteReadError(describe(exc)) from exc
-                if k + 1 == self.policy.attempts:
+                if k + 1 == attempts:
                     what = str(exc) if isinstance(exc, _WrongLength) else describe(exc)
-                    raise RemoteReadError(f"{what} (gave up after {self.policy.attempts} attempts in "
-                                          f"{time.monotonic() - began:.1f} s)") from exc
+                    tries = (f"gave up after {attempts} attempts" if attempts > 1 else
+                             "1 attempt: an earlier read of this object failed after its retries")
+                    raise RemoteReadError(f"{what} ({tries} in {time.monotonic() - began:.1f} s)") from exc
             self._sleep(self.policy.wait_s(k, self._rng))
         raise AssertionError("unreachable")

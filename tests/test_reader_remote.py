@@ -386,3 +386,30 @@ def test_transient_faults_are_told_from_permanent_ones() -> None:
     assert describe(client_error(503, "SlowDown")) == "HTTP 503 SlowDown: m503"
     assert describe(ConnectionResetError(104, "Connection reset by peer")) == \
         "ConnectionResetError: [Errno 104] Connection reset by peer"
+
+
+def test_an_object_that_failed_for_good_gets_one_attempt_until_it_reads_again(
+        s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
+    """Skipping a dead shard must not cost each of its samples a full round of retries."""
+    from reader.remote import RangeReader, RemoteReadError
+    from reader.source import remote_filesystem
+
+    proxy, options = s3
+    shard = _shard(exported, 2)
+    url = f"s3://robots/ds/{shard['path']}"
+    data = (exported / shard["path"]).read_bytes()
+    reader = RangeReader(remote_filesystem(url, options), RetryPolicy(attempts=3, backoff_s=0.0))
+    spans = list(zip(shard["offsets"], shard["offsets"][1:]))
+    proxy.configure("503", every=1, only=shard["path"], per_target=10**9)
+    with pytest.raises(RemoteReadError, match=r"gave up after 3 attempts"):
+        reader.read(url, *spans[0])
+    assert proxy.faults == 3
+    with pytest.raises(RemoteReadError, match=r"\(1 attempt: an earlier read of this object failed"):
+        reader.read(url, *spans[1])
+    assert proxy.faults == 4
+    proxy.configure(None)
+    assert reader.read(url, *spans[2]) == data[spans[2][0]:spans[2][1]]  # it answers again: forgiven
+    proxy.configure("503", every=1, only=shard["path"], per_target=10**9)
+    with pytest.raises(RemoteReadError, match=r"gave up after 3 attempts"):
+        reader.read(url, *spans[3])
+    assert proxy.faults == 3
