@@ -17,6 +17,7 @@ from export.config import StreamWindow
 from export.episodes import EpisodeData
 from export.errors import EpisodeError
 from export.extent import ExtentError, episode_extent
+from export.plausible import MAX_EPISODE_S, Implausible, extent_problem, period_problem, size_problem
 from export.resample import Stream, StreamError, clean_stream, resample
 from export.stats import FieldStats, StatsError, merge_all
 from export.video import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 
 CHUNK_ANCHORS = 1024
 VIDEO_CHUNK_ANCHORS = 64  # decoded frames held at once stay ~ (64 + window) per camera
+# query times per chunk (all streams' steps x anchors): bounds a chunk's arrays to ~32 MB each when
+# windows are very long (rate_hz 1e6); every config with <= 4096 steps per window keeps full chunks
+CHUNK_QUERIES = CHUNK_ANCHORS * 4096
+TAR_HEADER = 512
+NPY_HEADER = 128
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class BuildSpec:
     clock_interpolation: str = "linear"
     videos: dict[str, tuple[StreamWindow, "VideoOptions"]] = field(default_factory=dict)
     images: dict[str, "ImageOptions"] = field(default_factory=dict)  # image field -> encoding (default original)
+    max_episode_s: float = MAX_EPISODE_S  # longer extents are refused (export/plausible.py)
 
 
 @dataclass
@@ -81,12 +88,22 @@ def _clean(data: EpisodeData, spec: BuildSpec) -> dict[str, Stream]:
     return streams
 
 
-def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
-                 cameras: list[tuple[float, float]]) -> tuple[float, float]:
-    """[start, end] of the episode by the one rule of `export.extent` (validate uses it too).
+def _refuse(data: EpisodeData, name: str | None, problem: Implausible | None) -> None:
+    if problem is not None:
+        raise EpisodeError(data.episode_id, name, problem.message, hint=problem.hint)
 
-    The clock stream counts even when it is not exported (it is loaded for this alone)."""
+
+def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
+                 cameras: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """[start, end] of the episode by the one rule of `export.extent` (validate uses it too), and the
+    resolution (s) of the clocks that gave them, for the grid count.
+
+    The clock stream counts even when it is not exported (it is loaded for this alone). Implausible
+    sample periods and extents (`export.plausible`) are refused here, before any window exists."""
     series = {n: (float(s.times[0]), float(s.times[-1])) for n, s in streams.items()}
+    resolutions = [s.resolution for s in streams.values()]
+    for name, stream in streams.items():
+        _refuse(data, name, period_problem(stream.median_period))
     if spec.clock is not None and spec.clock not in series and spec.clock in data.streams:
         try:
             clock = clean_stream(data.streams[spec.clock], spec.clock_interpolation, strict=spec.strict_timestamps)
@@ -94,20 +111,64 @@ def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
             raise EpisodeError(data.episode_id, spec.clock, f"{exc} (this stream is the declared clock)",
                                hint="fix its timestamps, or remove `clock` from store.yaml") from exc
         series[spec.clock] = (float(clock.times[0]), float(clock.times[-1]))
+        resolutions.append(clock.resolution)
+        _refuse(data, spec.clock, period_problem(clock.median_period))
     try:
-        return episode_extent(data.start_s, data.end_s, series, spec.clock, cameras)
+        start, end = episode_extent(data.start_s, data.end_s, series, spec.clock, cameras)
     except ExtentError as exc:
         raise EpisodeError(data.episode_id, None, str(exc)) from exc
+    _refuse(data, None, extent_problem(start, end, list(series.values()) or cameras, spec.max_episode_s))
+    resolution = max([*resolutions, float(np.spacing(abs(start))), float(np.spacing(abs(end)))])
+    return start, end, resolution
+
+
+def window_bytes(spec: BuildSpec, streams: dict[str, Stream], static: dict[str, bytes],
+                 cameras: dict[str, "VideoWindows"]) -> int:
+    """A lower bound on one window's bytes in a shard: tar headers, npy payloads, static members;
+    compressed camera clips count their header and mask only (raw frames count in full)."""
+    total = 2 * TAR_HEADER + sum(TAR_HEADER + len(blob) for blob in static.values())  # meta.json and the key
+    for name, stream in streams.items():
+        steps = spec.windows[name].steps
+        width = stream.values.shape[1]
+        total += 2 * (TAR_HEADER + NPY_HEADER) + steps * width * output_dtype(spec, name).itemsize + steps
+    for name, camera in cameras.items():
+        steps = spec.videos[name][0].steps
+        frame = int(np.prod(camera.shape)) if camera.options.encoding == "raw" else 0
+        total += 2 * (TAR_HEADER + NPY_HEADER) + steps * (frame + 1)
+    return total
+
+
+def _source_bytes(data: EpisodeData) -> int:
+    """Bytes of the episode's data in the store: streams as loaded, video files, static members."""
+    total = sum(a.nbytes for a in data.streams.values()) + sum(len(t) for t in data.texts.values())
+    total += sum(len(b) for b, _ in data.images.values()) + sum(v.nbytes for v in data.values.values())
+    for video in data.videos.values():
+        try:
+            total += Path(video["file"]).stat().st_size
+        except (OSError, KeyError):
+            pass
+    return total
 
 
 def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dict[str, Any],
-                  windows_out: EpisodeWindows) -> Iterator[bytes]:
-    """Yield the sample blob of every emitted window, filling `windows_out` as a side record."""
+                  windows_out: EpisodeWindows, free_bytes: int | None = None) -> Iterator[bytes]:
+    """Yield the sample blob of every emitted window, filling `windows_out` as a side record.
+
+    Time series are resampled on times relative to the extent's start (`Stream.shifted`): grid and
+    query times are then small numbers computed exactly, whatever the store's clock origin (epoch
+    seconds near 1.3e9 keep only 238 ns). Cameras keep absolute times (their frame choice has a
+    tolerance of half a frame) and meta `t` adds the start back. `free_bytes`: the output disk's free
+    space; an episode whose planned windows exceed it is refused before any is written."""
     streams = _clean(data, spec)
     cameras = _open_videos(data, spec)
-    start, end = build_extent(data, streams, spec, [c.span() for c in cameras.values()])
-    anchors = anchor_frames(grid_frame_count(start, end, spec.fps), spec.stride)
+    start, end, resolution = build_extent(data, streams, spec, [c.span() for c in cameras.values()])
+    frame_count = grid_frame_count(start, end, spec.fps, resolution)
     static = _static_members(data, spec)
+    _refuse(data, None, size_problem(len(range(0, frame_count, spec.stride)), window_bytes(spec, streams, static, cameras),
+                                     _source_bytes(data), free_bytes))
+    anchors = anchor_frames(frame_count, spec.stride)
+    streams = {n: s.shifted(start) for n, s in streams.items()}  # exact: see Stream.shifted
+    extent = (0.0, end - start)  # relative to `start`, as the streams
     report = windows_out.report
     report.update(episode_id=data.episode_id, duration_s=end - start, candidates=int(len(anchors)),
                   emitted=0, dropped_min_valid=0,
@@ -121,6 +182,9 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                                                 camera.info.measured_fps,
                                                 "declared_fps": float(declared) if declared else None}
     chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS
+    steps_per_window = sum(w.steps for n, w in spec.windows.items() if n in streams)
+    steps_per_window += sum(spec.videos[n][0].steps for n in cameras)
+    chunk_size = max(1, min(chunk_size, CHUNK_QUERIES // max(1, steps_per_window)))
     _expect_frames(cameras, spec, start, anchors, chunk_size)
     for lo in range(0, len(anchors), chunk_size):
         chunk = anchors[lo:lo + chunk_size]  # [W]
@@ -135,8 +199,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         for name, stream in streams.items():
             window = spec.windows[name]
             max_gap = window.max_gap_s if window.max_gap_s is not None else spec.max_gap_factor * stream.median_period
-            q = query_times(start, spec.fps, chunk, window)  # [W, n]
-            flat, valid = resample(stream, q.ravel(), window.interpolation, max_gap, (start, end))
+            q = query_times(0.0, spec.fps, chunk, window)  # [W, n] relative to start
+            flat, valid = resample(stream, q.ravel(), window.interpolation, max_gap, extent)
             values[name] = flat.reshape(q.shape + (flat.shape[1],))  # [W, n, N]
             masks[name] = valid.reshape(q.shape)  # [W, n]
         keep = np.ones(len(chunk), dtype=bool)  # [W]

@@ -64,7 +64,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from export.validate import validate_store
 
-    report = validate_store(args.store, progress=sys.stderr.isatty())
+    if not args.max_episode_s > 0:
+        raise UserError(f"--max-episode-s must be a positive number of seconds, got {args.max_episode_s:g}")
+    report = validate_store(args.store, progress=sys.stderr.isatty(), max_episode_s=args.max_episode_s)
     print(report.render(verbose=args.verbose))
     return 0 if report.exportable else 1
 
@@ -108,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="sanity-check an episode store before export")
     p.add_argument("store", type=Path)
     p.add_argument("-v", "--verbose", action="store_true", help="list every episode's durations")
+    p.add_argument("--max-episode-s", type=float, default=86400.0, metavar="SECONDS",
+                   help="longer episodes are errors (default 86400 = 24 h; export config max_episode_s)")
     p.set_defaults(fn=cmd_validate)
     p = sub.add_parser("export", help="export a store to WebDataset shards + manifest")
     _add_export_args(p)

@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "max_gap_factor": 2.5,     # default max_gap = factor x median sample period of the stream
     "float_dtype": "float32",  # dtype of interpolated (linear/slerp) fields
     "on_bad_episode": "fail",  # fail | skip (skipped episodes are listed in the report)
+    "max_episode_s": 86400.0,  # longer episodes are refused: a unit or end_s mistake (export/plausible.py)
 }
 
 PADS = ("zero", "edge")
@@ -79,7 +80,7 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
     return config
 
 
-REAL_KEYS = ("fps", "min_valid_fraction", "max_gap_factor")  # top level
+REAL_KEYS = ("fps", "min_valid_fraction", "max_gap_factor", "max_episode_s")  # top level
 REAL_STREAM_KEYS = ("rate_hz", "duration_s", "offset_s", "max_gap_s")
 
 
@@ -135,6 +136,8 @@ def _check(config: dict[str, Any]) -> None:
     _require(_is_number(mvf) and 0.0 <= mvf <= 1.0, "min_valid_fraction", "a number in [0, 1]", mvf)
     _require(_is_number(config["max_gap_factor"]) and config["max_gap_factor"] > 0, "max_gap_factor",
              "a positive number", config["max_gap_factor"])
+    _require(_is_number(config["max_episode_s"]) and config["max_episode_s"] > 0, "max_episode_s",
+             "a positive number (seconds)", config["max_episode_s"])
     _require(isinstance(config["shuffle"], bool), "shuffle", "true or false", config["shuffle"])
     for key in ("include", "exclude"):
         value = config[key]

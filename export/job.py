@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from export.episodes import EpisodeLoader
 from export.errors import EpisodeError, UserError
 from export.executor import make_executor
 from export.fsio import fsync_write
+from export.plausible import human_bytes
 from export.plan import assign_splits, key_prefixes, pack_shards, window_order
 from export.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
 from export.report import SplitStats, build_manifest, report_warnings
@@ -115,7 +117,7 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
                       windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
                       static_fields=tuple(f for f in fields if f not in windows and f not in videos),
                       videos=videos, images=images,
-                      clock=schema.clock,
+                      clock=schema.clock, max_episode_s=float(config["max_episode_s"]),
                       clock_interpolation=schema.fields[schema.clock].interpolation or "linear" if schema.clock else "linear")
     declared = _declared_splits(schema)
     splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
@@ -153,8 +155,9 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
             meta = {"episode_id": ep, "split": job.splits[ep]}
             tmp = bin_path.with_name(f"{bin_path.name}.tmp-{os.getpid()}")
             sizes = []
+            free = shutil.disk_usage(work).free  # the planned windows are checked against it first
             with open(tmp, "wb") as fh:
-                for blob in build_episode(data, job.build, job.prefixes[ep], meta, windows):
+                for blob in build_episode(data, job.build, job.prefixes[ep], meta, windows, free_bytes=free):
                     fh.write(blob)
                     sizes.append(len(blob))
                 fh.flush()
@@ -250,6 +253,19 @@ def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any
     return tasks
 
 
+def _check_shard_space(work: Path, tasks: list[ShardTask]) -> None:
+    """Refuse before the reduce when the shards (a copy of the staged windows, which stay until publish)
+    cannot fit on the output disk; shards already in `ready/` need no more room."""
+    needed = sum(int(t.entries[:, 2].sum()) + len(END_OF_ARCHIVE) for t in tasks
+                 if not (work / READY / t.path).exists())
+    free = shutil.disk_usage(work).free
+    if needed > free:
+        raise UserError(f"writing the shards needs {human_bytes(needed)} on the disk of {work.parent}, "
+                        f"but it has {human_bytes(free)} free",
+                        hint="free disk space and re-run the same command (staged episodes are kept), or "
+                             "choose an output folder on a larger disk")
+
+
 # ------------------------------------------------------------------------------------------------ job
 
 def _job_id(fingerprint_hex: str, resolved: dict[str, Any]) -> str:
@@ -331,6 +347,7 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
                                                     "to leave them out"]))
         good = [r for r in records if not r["error"]]
         tasks = plan_shards(work, good, config, job.index)
+        _check_shard_space(work, tasks)
         shard_records: dict[str, dict[str, Any]] = {}
         with tqdm(total=len(tasks), desc="shards", unit="shard", disable=not progress) as bar:
             for rec in executor.map_unordered(write_shard, tasks):

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     """The export config that `load_config` would have produced, from the manifest's resolved config."""
     resolved = manifest["config"]
-    config = {k: resolved[k] for k in DEFAULTS}
+    config = {k: resolved.get(k, DEFAULTS[k]) for k in DEFAULTS}  # keys added later: their defaults
     config["streams"] = {n: {k: v for k, v in w.items() if k in STREAM_KEYS}
                          for n, w in {**resolved["streams"], **resolved.get("videos", {}),
                                       **resolved.get("images", {})}.items()}

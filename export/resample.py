@@ -2,8 +2,12 @@
 
 Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
 
-* Times are float64 seconds. Two times at most `TIME_EPS` (1 ns) apart count as equal, so a grid time
-  computed as `t0 + k / fps` that lands 1e-16 s past a sample still selects that sample.
+* Times are float64 seconds. Two times at most `tolerance` apart count as equal: `TIME_EPS` (1 ns), or
+  the resolution of the stream's own stored clock where that is coarser (`Stream.resolution`: float64
+  times near 1.3e9 s, Unix epoch seconds, are only stored to 238 ns; float32 times near 10 s to 954 ns),
+  so a grid time computed as `t0 + k / fps` that lands a rounding step past a sample still selects it.
+  The export resamples on times relative to the episode's start (`Stream.shifted`), computed once by an
+  exact subtraction, so a store and the same store shifted by 1.3e9 s give the same windows.
 * `clean_stream` turns a raw `[T, N+1]` stream into strictly increasing times: rows with a non-finite
   time or any NaN or infinite value are dropped (missing samples), unsorted rows are stably sorted, rows with an
   exactly duplicated time collapse to the last one. Every repair is counted. A stream whose times are
@@ -12,7 +16,7 @@ Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
     - before the first sample / after the last: the first / last value, valid = False;
     - strictly inside a gap longer than `max_gap` (default 2.5 x the median period): the value of the
       sample before the gap (hold), valid = False;
-    - at a sample time (within `TIME_EPS`): that sample, valid = True, whatever the method.
+    - at a sample time (within the stream's `tolerance`): that sample, valid = True, whatever the method.
   `linear`: v_i + (v_j - v_i) * (q - t_i) / (t_j - t_i). `hold`: the last sample at or before q
   (causal, as diffusion_policy does). `nearest`: the closer of the two neighbours, ties go to the
   earlier one. `slerp`: quaternions are normalised and sign-fixed onto one hemisphere (q_i . q_{i-1} >= 0)
@@ -63,6 +67,21 @@ class Stream:
     times: np.ndarray  # [T] float64, strictly increasing
     values: np.ndarray  # [T, N] source dtype (float64 for linear/slerp)
     repairs: Repairs = field(default_factory=Repairs)
+    # s: spacing of the stored time values at the stream's largest |time|, in the stored dtype (0 for
+    # integer clocks): stored times are only known to this, so closer times count as equal
+    resolution: float = 0.0
+
+    @property
+    def tolerance(self) -> float:
+        """How far apart two times may be and still count as equal, for this stream (s)."""
+        return max(TIME_EPS, self.resolution)
+
+    def shifted(self, origin: float) -> "Stream":
+        """The stream with `origin` subtracted from every time (same values, repairs, resolution).
+
+        Exact when the times lie within a factor 2 of `origin` (Sterbenz), which is the case that
+        matters: epoch-second clocks, where absolute grid arithmetic would lose 238 ns per step."""
+        return Stream(times=self.times - origin, values=self.values, repairs=self.repairs, resolution=self.resolution)
 
     @property
     def median_period(self) -> float:
@@ -84,6 +103,7 @@ def clean_stream(raw: np.ndarray, method: str = "linear", strict: bool = False) 
         raise StreamError("stream has no samples")
     times = raw[:, 0].astype(np.float64)  # [T]
     values = raw[:, 1:]  # [T, N]
+    resolution = clock_resolution(raw[:, 0])
     if method in ("linear", "slerp"):
         values = values.astype(np.float64)
 
@@ -124,7 +144,19 @@ def clean_stream(raw: np.ndarray, method: str = "linear", strict: bool = False) 
         values = _hemisphere_fixed(_normalised(values))
     repairs = Repairs(nonfinite_time=int(np.count_nonzero(~finite_t)), nan_rows=int(np.count_nonzero(nan_row)),
                       unsorted=unsorted, duplicate_time=duplicates, zero_quaternion=int(np.count_nonzero(zero_quat)))
-    return Stream(times=times, values=values, repairs=repairs)
+    return Stream(times=times, values=values, repairs=repairs, resolution=resolution)
+
+
+def clock_resolution(times: np.ndarray) -> float:
+    """Spacing of representable times at the largest finite |time| of `times` ([T]), in their own
+    dtype: 2.4e-7 s for float64 epoch seconds (1.3e9), 9.5e-7 s for float32 seconds near 10 s, 0 for
+    integers (exact)."""
+    if times.dtype.kind != "f":
+        return 0.0
+    finite = np.abs(times[np.isfinite(times)])
+    if not len(finite):
+        return 0.0
+    return float(np.spacing(finite.max()))
 
 
 def _normalised(q: np.ndarray) -> np.ndarray:  # [T, 4] -> [T, 4]
@@ -152,23 +184,24 @@ def resample(stream: Stream, query: np.ndarray, method: str, max_gap: float | No
         raise StreamError(f"unknown interpolation {method!r}; use one of {', '.join(METHODS)}")
     t, v = stream.times, stream.values
     n = len(t)
+    eps = stream.tolerance
     if max_gap is None:
         max_gap = DEFAULT_GAP_FACTOR * stream.median_period
     q = np.asarray(query, dtype=np.float64)  # [Q]
     outside = np.zeros(q.shape, dtype=bool)
     if valid_range is not None:  # outside the episode: the value at its edge, never data beyond it
-        outside = (q < valid_range[0] - TIME_EPS) | (q > valid_range[1] + TIME_EPS)
+        outside = (q < valid_range[0] - eps) | (q > valid_range[1] + eps)
         q = np.clip(q, valid_range[0], valid_range[1])
 
-    # the last sample at or before q, or the next one when it is within TIME_EPS after q; `at_sample`
+    # the last sample at or before q, or the next one when it is within eps after q; `at_sample`
     # below uses the same difference, so selection and "at a sample" never disagree at the boundary
     i = np.searchsorted(t, q, side="right") - 1
     nxt = np.minimum(i + 1, n - 1)
-    i = np.where((i + 1 < n) & (t[nxt] - q <= TIME_EPS), i + 1, i)
+    i = np.where((i + 1 < n) & (t[nxt] - q <= eps), i + 1, i)
     before = i < 0
     i = np.clip(i, 0, n - 1)
     j = np.minimum(i + 1, n - 1)
-    at_sample = ~before & (np.abs(q - t[i]) <= TIME_EPS)
+    at_sample = ~before & (np.abs(q - t[i]) <= eps)
     after = (i == n - 1) & ~at_sample & ~before
     inside = ~before & ~after
     span = t[j] - t[i]  # [Q]; 0 at the last sample

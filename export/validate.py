@@ -15,6 +15,7 @@ from tqdm import tqdm
 from export.episodes import EpisodeData, EpisodeLoader
 from export.errors import EpisodeError
 from export.extent import ExtentError, episode_extent, segment_span
+from export.plausible import MAX_EPISODE_S, extent_problem, period_problem
 from export.resample import StreamError, clean_stream
 from export.store import Problem, StoreSchema, open_store, safe_media_path
 from export.video import MISSING_FRAMES_LIMIT, VideoError, probe_video
@@ -62,7 +63,8 @@ class StoreReport:
         return "\n".join(lines)
 
 
-def validate_store(root: Path, progress: bool = False) -> StoreReport:
+def validate_store(root: Path, progress: bool = False, max_episode_s: float = MAX_EPISODE_S) -> StoreReport:
+    """`max_episode_s`: longer episodes are errors, as in the export (config `max_episode_s`)."""
     schema = open_store(Path(root))
     report = StoreReport(schema, problems=list(schema.problems))
     if schema.errors:
@@ -74,11 +76,12 @@ def validate_store(root: Path, progress: bool = False) -> StoreReport:
             report.problems.append(Problem("error", data.reason, episode=data.episode_id, field=data.field,
                                            hint=data.hint))
         else:
-            _check_episode(schema, data, report)
+            _check_episode(schema, data, report, max_episode_s)
     return report
 
 
-def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) -> None:
+def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
+                   max_episode_s: float = MAX_EPISODE_S) -> None:
     ep = data.episode_id
     series: dict[str, tuple[float, float]] = {}  # field -> first and last cleaned sample time
     broken = False
@@ -94,6 +97,9 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) 
             if count:
                 report.problems.append(Problem("warning", f"{count} {REPAIR_TEXT[kind]}", ep, name))
         report.rates.setdefault(name, []).append(1.0 / stream.median_period)
+        period = period_problem(stream.median_period)
+        if period is not None:
+            report.problems.append(Problem("error", period.message, ep, name, hint=period.hint))
         series[name] = (float(stream.times[0]), float(stream.times[-1]))
     cameras = []
     for name, video in data.videos.items():
@@ -117,6 +123,9 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport) 
         report.problems.append(Problem("error", str(exc), ep))
         return
     report.durations[ep] = end - start
+    implausible = extent_problem(start, end, list(series.values()) or cameras, max_episode_s)
+    if implausible is not None:
+        report.problems.append(Problem("error", implausible.message, ep, hint=implausible.hint))
 
 
 def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreReport) -> tuple[float, float] | None:
