@@ -3,8 +3,8 @@
 Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
 
 * Times are float64 seconds. Two times at most `tolerance` apart count as equal: `TIME_EPS` (1 ns), or
-  the resolution of the stream's own stored clock where that is coarser (`Stream.resolution`: float64
-  times near 1.3e9 s, Unix epoch seconds, are only stored to 238 ns; float32 times near 10 s to 954 ns),
+  twice the resolution of the stream's own stored clock where that is coarser (`Stream.resolution`:
+  float64 times near 1.3e9 s, Unix epoch seconds, are only stored to 238 ns),
   so a grid time computed as `t0 + k / fps` that lands a rounding step past a sample still selects it.
   The export resamples on times relative to the episode's start (`Stream.shifted`), computed once by an
   exact subtraction, so a store and the same store shifted by 1.3e9 s give the same windows.
@@ -73,8 +73,10 @@ class Stream:
 
     @property
     def tolerance(self) -> float:
-        """How far apart two times may be and still count as equal, for this stream (s)."""
-        return max(TIME_EPS, self.resolution)
+        """How far apart two times may be and still count as equal, for this stream (s): 2 spacings,
+        since a relative time carries the rounding of the stored time and of the origin (half a
+        spacing each when correctly rounded, more after `int64 ns / 1e9`, which rounds twice)."""
+        return max(TIME_EPS, 2.0 * self.resolution)
 
     def shifted(self, origin: float) -> "Stream":
         """The stream with `origin` subtracted from every time (same values, repairs, resolution).

@@ -18,11 +18,11 @@ from export.config import StreamWindow
 def grid_frame_count(start: float, end: float, fps: float, resolution: float = 0.0) -> int:
     """Number of grid points start + k/fps that lie in [start, end] (at least 1).
 
-    A grid point within 1e-6 frames, or within `resolution` seconds (how finely the clock that gave
-    `end` is stored: 238 ns for float64 epoch seconds, ~1 us for float32 seconds), before `end` counts."""
+    A grid point within 1e-6 frames, or within 2 x `resolution` seconds (how finely the clock that gave
+    `start` and `end` is stored: 238 ns for float64 epoch seconds; `Stream.tolerance`), before `end` counts."""
     if end < start:
         return 0
-    return int(math.floor((end - start) * fps + max(1e-6, resolution * fps))) + 1
+    return int(math.floor((end - start) * fps + max(1e-6, 2.0 * resolution * fps))) + 1
 
 
 def anchor_frames(frame_count: int, stride: int) -> np.ndarray:  # [W] int64
