@@ -122,19 +122,25 @@ def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
     return start, end, resolution
 
 
+def _member_bytes(payload: int) -> int:
+    """A tar member's bytes: its header plus the payload padded to 512-byte blocks."""
+    return TAR_HEADER + -(-payload // TAR_HEADER) * TAR_HEADER
+
+
 def window_bytes(spec: BuildSpec, streams: dict[str, Stream], static: dict[str, bytes],
                  cameras: dict[str, "VideoWindows"]) -> int:
-    """A lower bound on one window's bytes in a shard: tar headers, npy payloads, static members;
-    compressed camera clips count their header and mask only (raw frames count in full)."""
-    total = 2 * TAR_HEADER + sum(TAR_HEADER + len(blob) for blob in static.values())  # meta.json and the key
+    """A lower bound on one window's bytes in a shard: tar blocks of the meta, npy and static members;
+    compressed camera clips count their mask only (raw frames count in full)."""
+    total = _member_bytes(1) + sum(_member_bytes(len(blob)) for blob in static.values())  # meta.json, static
     for name, stream in streams.items():
         steps = spec.windows[name].steps
-        width = stream.values.shape[1]
-        total += 2 * (TAR_HEADER + NPY_HEADER) + steps * width * output_dtype(spec, name).itemsize + steps
+        total += _member_bytes(NPY_HEADER + steps * stream.values.shape[1] * output_dtype(spec, name).itemsize)
+        total += _member_bytes(NPY_HEADER + steps)  # the mask
     for name, camera in cameras.items():
         steps = spec.videos[name][0].steps
         frame = int(np.prod(camera.shape)) if camera.options.encoding == "raw" else 0
-        total += 2 * (TAR_HEADER + NPY_HEADER) + steps * (frame + 1)
+        total += _member_bytes(NPY_HEADER + steps * frame) * (camera.options.encoding == "raw")
+        total += _member_bytes(NPY_HEADER + steps)
     return total
 
 
