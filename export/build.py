@@ -17,7 +17,8 @@ from export.config import StreamWindow
 from export.episodes import EpisodeData
 from export.errors import EpisodeError
 from export.extent import ExtentError, episode_extent
-from export.plausible import MAX_EPISODE_S, Implausible, extent_problem, period_problem, size_problem
+from export.plausible import (MAX_EPISODE_S, DiskSpaceError, Implausible, extent_problem, period_problem,
+                              size_problem, space_problem)
 from export.resample import Stream, StreamError, clean_stream, resample
 from export.stats import FieldStats, StatsError, merge_all
 from export.video import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
@@ -164,14 +165,18 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     query times are then small numbers computed exactly, whatever the store's clock origin (epoch
     seconds near 1.3e9 keep only 238 ns). Cameras keep absolute times (their frame choice has a
     tolerance of half a frame) and meta `t` adds the start back. `free_bytes`: the output disk's free
-    space; an episode whose planned windows exceed it is refused before any is written."""
+    space; an episode whose planned windows exceed it stops the export (`DiskSpaceError`) before any
+    is written."""
     streams = _clean(data, spec)
     cameras = _open_videos(data, spec)
     start, end, resolution = build_extent(data, streams, spec, [c.span() for c in cameras.values()])
     frame_count = grid_frame_count(start, end, spec.fps, resolution)
     static = _static_members(data, spec)
-    _refuse(data, None, size_problem(len(range(0, frame_count, spec.stride)), window_bytes(spec, streams, static, cameras),
-                                     _source_bytes(data), free_bytes))
+    count, per_window = len(range(0, frame_count, spec.stride)), window_bytes(spec, streams, static, cameras)
+    _refuse(data, None, size_problem(count, per_window, _source_bytes(data)))
+    space = space_problem(count, per_window, free_bytes)
+    if space is not None:
+        raise DiskSpaceError(f"episode {data.episode_id!r}: {space.message}", hint=space.hint)
     anchors = anchor_frames(frame_count, spec.stride)
     streams = {n: s.shifted(start) for n, s in streams.items()}  # exact: see Stream.shifted
     extent = (0.0, end - start)  # relative to `start`, as the streams

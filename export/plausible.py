@@ -10,13 +10,17 @@ task run these same checks (one rule), before any window is allocated:
 * an extent far beyond its data (more than `RUNAWAY_FACTOR` x the time its streams cover, plus
   `RUNAWAY_SLACK_S`) is refused: a declared `end_s` off by orders of magnitude;
 * at export, an episode whose planned windows (count x bytes per window, from the field schema) would
-  take more than `RUNAWAY_BYTES` and `RUNAWAY_RATIO` x its source data, or more than the output disk's
-  free space, is refused with the estimate.
+  take more than `RUNAWAY_BYTES` and `RUNAWAY_RATIO` x its source data is refused with the estimate
+  (an episode error); one that would take more than the output disk's free space stops the export
+  (`DiskSpaceError`: not an episode error, since `on_bad_episode: skip` must not drop episodes for
+  want of disk, and not recorded, so the re-run after freeing space builds it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from export.errors import UserError
 
 MAX_EPISODE_S = 86_400.0  # default bound on one episode's duration (config `max_episode_s`)
 MIN_PERIOD_S, MAX_PERIOD_S = 1e-6, 3_600.0  # plausible median sample period of a time series
@@ -26,6 +30,14 @@ RUNAWAY_BYTES = 1 << 30  # below this an episode's output is never called a runa
 RUNAWAY_RATIO = 10_000  # planned output bytes vs the episode's source bytes
 
 UNIT_HINT = "check the time unit (ns or us values stored as float seconds?)"
+
+
+class DiskSpaceError(UserError):
+    """The output disk cannot take what the export is about to write; raised in a map task and
+    re-raised in the parent, so it pickles with its hint."""
+
+    def __reduce__(self) -> tuple:
+        return (DiskSpaceError, (self.message, self.hint, self.exit_code))
 
 
 @dataclass(frozen=True)
@@ -72,17 +84,29 @@ def extent_problem(start: float, end: float, spans: list[tuple[float, float]],
     return None
 
 
-def size_problem(windows: int, bytes_per_window: int, source_bytes: int,
-                 free_bytes: int | None) -> Implausible | None:
-    """Planned output of one episode (`windows` x at least `bytes_per_window`) against its source data
-    and the output disk's free space (None: not checked); None if it fits."""
+def _planned(windows: int, bytes_per_window: int) -> str:
+    return (f"{windows} windows of at least {human_bytes(bytes_per_window)} each = "
+            f"{human_bytes(windows * bytes_per_window)}")
+
+
+SHRINK = "lower fps, raise stride, or shorten rate_hz / duration_s in the export config"
+
+
+def size_problem(windows: int, bytes_per_window: int, source_bytes: int) -> Implausible | None:
+    """Planned output of one episode (`windows` x at least `bytes_per_window`) far beyond its source
+    data (a runaway config or clock), or None."""
     planned = windows * bytes_per_window
-    what = f"{windows} windows of at least {human_bytes(bytes_per_window)} each = {human_bytes(planned)}"
-    shrink = "lower fps, raise stride, or shorten rate_hz / duration_s in the export config"
     if planned > RUNAWAY_BYTES and planned > RUNAWAY_RATIO * max(1, source_bytes):
-        return Implausible(f"would write {what} from {human_bytes(source_bytes)} of source data "
-                           f"({planned / max(1, source_bytes):.3g} x its size)", f"{shrink}; {UNIT_HINT}")
-    if free_bytes is not None and planned > free_bytes:
-        return Implausible(f"would write {what}, but the output disk has {human_bytes(free_bytes)} free",
-                           f"free disk space or choose an output folder on a larger disk; or {shrink}")
+        return Implausible(f"would write {_planned(windows, bytes_per_window)} from {human_bytes(source_bytes)} "
+                           f"of source data ({planned / max(1, source_bytes):.3g} x its size)", f"{SHRINK}; {UNIT_HINT}")
     return None
+
+
+def space_problem(windows: int, bytes_per_window: int, free_bytes: int | None) -> Implausible | None:
+    """Planned output of one episode against the output disk's free space (None: not checked)."""
+    if free_bytes is None or windows * bytes_per_window <= free_bytes:
+        return None
+    return Implausible(f"would write {_planned(windows, bytes_per_window)}, but the output disk has "
+                       f"{human_bytes(free_bytes)} free",
+                       f"free disk space and re-run the same command, or choose an output folder on a larger "
+                       f"disk; or {SHRINK}")

@@ -5,6 +5,7 @@ validate) before anything big is allocated or written, never a MemoryError or a 
 from __future__ import annotations
 
 import json
+import pickle
 from collections import namedtuple
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from export.cli import main
-from export.plausible import human_bytes
+from export.plausible import DiskSpaceError, human_bytes
 
 NS_EPOCH = 1_700_000_000_000_000_000
 
@@ -131,16 +132,29 @@ def test_max_episode_s_is_configurable(tmp_path: Path, capsys: pytest.CaptureFix
     assert "--max-episode-s must be a positive number" in capsys.readouterr().err
 
 
-Usage = namedtuple("Usage", "total used free")
+Usage = namedtuple("Usage", "total used free")  # what shutil.disk_usage returns
 
 
-def test_episode_larger_than_the_free_disk_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_episode_larger_than_the_free_disk_stops_the_export(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not an episode error: `on_bad_episode=skip` does not drop episodes for want of disk, and the
+    re-run after freeing space builds them."""
     store = _store(tmp_path / "s", seconds=20.0)
     out = tmp_path / "out"
     monkeypatch.setattr("export.job.shutil.disk_usage", lambda path: Usage(10**9, 10**9 - 50_000, 50_000))
-    _refused(main(_export(store, out)), capsys, out, "would write 200 windows of at least 3.1 KB each = 614.4 KB, "
-             "but the output disk has 50.0 KB free", "free disk space")
+    err = _refused(main(_export(store, out, "on_bad_episode=skip")), capsys, out)
+    assert err == ("robowds export: error: episode 'ep0': would write 200 windows of at least 3.1 KB each = "
+                   "614.4 KB, but the output disk has 50.0 KB free\n  fix: free disk space and re-run the same "
+                   "command, or choose an output folder on a larger disk; or lower fps, raise stride, or shorten "
+                   "rate_hz / duration_s in the export config\n")
+    monkeypatch.undo()
+    assert main(_export(store, out, "on_bad_episode=skip")) == 0
+    assert json.loads((out / "manifest.json").read_text())["report"]["episodes"]["exported"] == 2
+
+
+def test_disk_space_error_keeps_its_hint_across_processes() -> None:
+    error = pickle.loads(pickle.dumps(DiskSpaceError("episode 'ep0': too big", hint="free disk space")))
+    assert isinstance(error, DiskSpaceError) and str(error) == "episode 'ep0': too big\n  fix: free disk space"
 
 
 def test_shards_larger_than_the_free_disk_are_refused_before_the_reduce(
