@@ -20,6 +20,7 @@ from export.extent import ExtentError, episode_extent
 from export.plausible import (MAX_EPISODE_S, DiskSpaceError, Implausible, extent_problem, period_problem,
                               size_problem, space_problem)
 from export.resample import Stream, StreamError, clean_stream, resample
+from export.sizes import source_bytes, window_bytes
 from export.stats import FieldStats, StatsError, merge_all
 from export.video import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
 from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
@@ -34,8 +35,6 @@ VIDEO_CHUNK_ANCHORS = 64  # decoded frames held at once stay ~ (64 + window) per
 # query times per chunk (all streams' steps x anchors): bounds a chunk's arrays to ~32 MB each when
 # windows are very long (rate_hz 1e6); every config with <= 4096 steps per window keeps full chunks
 CHUNK_QUERIES = CHUNK_ANCHORS * 4096
-TAR_HEADER = 512
-NPY_HEADER = 128
 
 
 @dataclass(frozen=True)
@@ -123,38 +122,12 @@ def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
     return start, end, resolution
 
 
-def _member_bytes(payload: int) -> int:
-    """A tar member's bytes: its header plus the payload padded to 512-byte blocks."""
-    return TAR_HEADER + -(-payload // TAR_HEADER) * TAR_HEADER
-
-
-def window_bytes(spec: BuildSpec, streams: dict[str, Stream], static: dict[str, bytes],
-                 cameras: dict[str, "VideoWindows"]) -> int:
-    """A lower bound on one window's bytes in a shard: tar blocks of the meta, npy and static members;
-    compressed camera clips count their mask only (raw frames count in full)."""
-    total = _member_bytes(1) + sum(_member_bytes(len(blob)) for blob in static.values())  # meta.json, static
-    for name, stream in streams.items():
-        steps = spec.windows[name].steps
-        total += _member_bytes(NPY_HEADER + steps * stream.values.shape[1] * output_dtype(spec, name).itemsize)
-        total += _member_bytes(NPY_HEADER + steps)  # the mask
-    for name, camera in cameras.items():
-        steps = spec.videos[name][0].steps
-        frame = int(np.prod(camera.shape)) if camera.options.encoding == "raw" else 0
-        total += _member_bytes(NPY_HEADER + steps * frame) * (camera.options.encoding == "raw")
-        total += _member_bytes(NPY_HEADER + steps)
-    return total
-
-
-def _source_bytes(data: EpisodeData) -> int:
-    """Bytes of the episode's data in the store: streams as loaded, video files, static members."""
-    total = sum(a.nbytes for a in data.streams.values()) + sum(len(t) for t in data.texts.values())
-    total += sum(len(b) for b, _ in data.images.values()) + sum(v.nbytes for v in data.values.values())
-    for video in data.videos.values():
-        try:
-            total += Path(video["file"]).stat().st_size
-        except (OSError, KeyError):
-            pass
-    return total
+def _window_bytes(spec: BuildSpec, streams: dict[str, Stream], static: dict[str, bytes],
+                  cameras: dict[str, "VideoWindows"]) -> int:
+    series = [(spec.windows[n].steps, s.values.shape[1], output_dtype(spec, n).itemsize) for n, s in streams.items()]
+    clips = [(spec.videos[n][0].steps, int(np.prod(c.shape)) if c.options.encoding == "raw" else None)
+             for n, c in cameras.items()]
+    return window_bytes(series, [len(b) for b in static.values()], clips)
 
 
 def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dict[str, Any],
@@ -172,8 +145,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     start, end, resolution = build_extent(data, streams, spec, [c.span() for c in cameras.values()])
     frame_count = grid_frame_count(start, end, spec.fps, resolution)
     static = _static_members(data, spec)
-    count, per_window = len(range(0, frame_count, spec.stride)), window_bytes(spec, streams, static, cameras)
-    _refuse(data, None, size_problem(count, per_window, _source_bytes(data)))
+    count, per_window = len(range(0, frame_count, spec.stride)), _window_bytes(spec, streams, static, cameras)
+    _refuse(data, None, size_problem(count, per_window, source_bytes(data)))
     space = space_problem(count, per_window, free_bytes)
     if space is not None:
         raise DiskSpaceError(f"episode {data.episode_id!r}: {space.message}", hint=space.hint)

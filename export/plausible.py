@@ -98,7 +98,8 @@ def size_problem(windows: int, bytes_per_window: int, source_bytes: int) -> Impl
     planned = windows * bytes_per_window
     if planned > RUNAWAY_BYTES and planned > RUNAWAY_RATIO * max(1, source_bytes):
         return Implausible(f"would write {_planned(windows, bytes_per_window)} from {human_bytes(source_bytes)} "
-                           f"of source data ({planned / max(1, source_bytes):.3g} x its size)", f"{SHRINK}; {UNIT_HINT}")
+                           f"of source data ({planned / max(1, source_bytes):.3g} x its size)",
+                           f"{SHRINK}; {UNIT_HINT}")
     return None
 
 

@@ -67,7 +67,8 @@ def test_ns_values_stored_as_float_seconds_are_refused(tmp_path: Path, capsys: p
     episode of 2e9 s (a 496 GiB anchor allocation before)."""
     store = _store(tmp_path / "s", scale=1e9, origin=float(NS_EPOCH))
     out = tmp_path / "out"
-    err = _refused(main(_export(store, out)), capsys, out, "episode 'ep0', field 'joints': median sample period is 2e+07 s",
+    err = _refused(main(_export(store, out)), capsys, out,
+                   "episode 'ep0', field 'joints': median sample period is 2e+07 s",
                    "outside [1e-06 s, 3600 s]", "time unit")
     assert "episode 'ep1'" in err
     assert main(["validate", str(store)]) == 1
@@ -173,7 +174,8 @@ def test_shards_larger_than_the_free_disk_are_refused_before_the_reduce(
     assert main(_export(store, out)) == 2
     err = capsys.readouterr().err
     assert err.startswith("robowds export: error: writing the shards needs "), err
-    assert f"needs {human_bytes(total)} on the disk of {out}, but it has {human_bytes(free)} free" in err and "fix: free disk space and re-run" in err
+    assert f"needs {human_bytes(total)} on the disk of {out}, but it has {human_bytes(free)} free" in err
+    assert "fix: free disk space and re-run" in err
     assert "Traceback" not in err and not (out / "manifest.json").exists() and not list(out.rglob("*.tar"))
     monkeypatch.undo()  # the disk has room again
     assert main(_export(store, out)) == 0
