@@ -64,7 +64,7 @@ def _refused(code: int, capsys: pytest.CaptureFixture[str], out: Path, *needles:
 
 def test_ns_values_stored_as_float_seconds_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """int64 ns epoch times written as float seconds: a 50 Hz stream has a 2e7 s period and an
-    episode of 1e9 s (before: a 148 GiB anchor allocation here, 496 GiB in the issue's store)."""
+    episode of 2e9 s (before: a 148 GiB anchor allocation here, 496 GiB in the issue's store)."""
     store = _store(tmp_path / "s", scale=1e9, origin=float(NS_EPOCH))
     out = tmp_path / "out"
     err = _refused(main(_export(store, out)), capsys, out,
