@@ -145,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"robowds {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a path the user gave: missing, a folder, read-only, disk full (export wraps its own)
+        from export.oserrors import os_error
+
+        error = os_error(exc, args.command)
+        print(f"robowds {args.command}: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print(f"robowds {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
         return 130

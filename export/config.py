@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from export.errors import UserError
 from export.geometry import Crop
 from export.images import IMAGE_ENCODINGS, ImageOptions
 from export.resample import METHODS
 from export.video_windows import ENCODINGS as VIDEO_ENCODINGS
 from export.video_windows import VideoOptions
+from export.yamlio import YamlError, load_file, load_text
 
 DEFAULTS: dict[str, Any] = {
     "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
@@ -56,11 +55,15 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
     config = copy.deepcopy(DEFAULTS)
     if path is not None:
         try:
-            user = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UserError(f"cannot read config {path}: {exc}", hint="pass a readable YAML file") from exc
+            user = load_file(Path(path)) or {}
+        except OSError as exc:
+            raise UserError(f"cannot read config {path}: {exc.strerror or exc}",
+                            hint="pass a readable YAML file to --config") from exc
+        except YamlError as exc:
+            raise UserError(f"cannot read config {path}: {exc.reason}",
+                            hint="pass the export config as a YAML text file (see README)") from exc
         if not isinstance(user, dict):
-            raise UserError(f"config {path} must be a YAML mapping")
+            raise UserError(f"config {path} must be a YAML mapping", hint="e.g. `fps: 10` on its own line")
         if isinstance(user.get("splits"), dict):
             config["splits"] = {}  # a file's splits replace the default {train: rest}; --set merges
         _merge(config, user, where=str(path))
@@ -71,9 +74,16 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
         node: dict[str, Any] = {}
         cursor = node
         parts = key.split(".")
+        if not all(parts):
+            raise UserError(f"override {item!r}: key {key!r} has an empty part",
+                            hint="dotted keys like streams.joints.rate_hz")
         for part in parts[:-1]:
             cursor = cursor.setdefault(part, {})
-        cursor[parts[-1]] = yaml.safe_load(raw)
+        try:
+            cursor[parts[-1]] = load_text(raw, f"--set {item}")
+        except YamlError as exc:
+            raise UserError(f"--set {item}: the value is {exc.reason}", hint="quote it or fix the YAML, e.g. --set 'streams.cam.resize=[224, 224]'"
+                            ) from exc
         _merge(config, node, where=f"--set {item}")
     _check(config)
     _as_floats(config)
@@ -184,6 +194,28 @@ def _check(config: dict[str, Any]) -> None:
     rest = [name for name, rule in config["splits"].items() if rule == "rest"]
     if len(rest) != 1:
         raise UserError("config splits must name exactly one split as 'rest' (it gets the remaining episodes)")
+
+
+VIDEO_KEYS = {"selection", "encoding", "resize", "crop"}  # what only a camera (or, but selection, an image) takes
+WINDOW_KEYS = STREAM_KEYS - VIDEO_KEYS  # what windows a time series or a camera
+
+
+def check_field_keys(config: Mapping[str, Any], field: str, kind: str) -> None:
+    """Refuse `streams.<field>` keys that do nothing for the field's kind (they were ignored silently:
+    `encoding: mp4` on a time series, `rate_hz` on a text field). Video fields take every key, image
+    fields are checked by `image_options`."""
+    own = config["streams"].get(field)
+    if not own or kind in ("video", "image"):
+        return
+    allowed = WINDOW_KEYS if kind == "timeseries" else set()
+    unused = sorted(set(own) - allowed)
+    if unused:
+        what = {"timeseries": "a time series", "text": "a text field (one per episode, not windowed)",
+                "value": "a per-episode value (not windowed)"}.get(kind, f"a {kind} field")
+        raise UserError(f"config streams.{field} sets {unused}, but {field!r} is {what}: they would be ignored",
+                        hint=(f"a time series takes only {', '.join(sorted(allowed))}; encoding, resize, crop and "
+                              f"selection are for video fields" if allowed else
+                              f"remove streams.{field} from the config"))
 
 
 def _geometry(entry: Mapping[str, Any], where: str) -> tuple[tuple[int, int] | None, Crop]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from export.errors import EpisodeError
-from export.store import FieldSpec, StoreSchema, safe_media_path
+from export.store import FieldSpec, StoreSchema, media_hint, safe_media_path
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
 
@@ -147,7 +147,14 @@ class EpisodeLoader:
             data.streams[name] = _series(column, row, ep, name)
             check_series_shape(spec, data.streams[name], ep)
             return
-        value = column[row].as_py()
+        try:
+            value = column[row].as_py()
+        except UnicodeDecodeError as exc:  # pyarrow reads Parquet strings without checking their UTF-8
+            raw = column[row].cast(pa.large_binary()).as_py()
+            raise EpisodeError(ep, name, f"{spec.kind} value is not valid UTF-8 text: byte {exc.start} "
+                               f"({raw[exc.start:exc.start + 1]!r}) of {raw[:40]!r}",
+                               hint="write the column as UTF-8 strings (decode the source bytes with their "
+                                    "real encoding, e.g. latin-1, when converting)") from exc
         if value is None:
             raise EpisodeError(ep, name, f"{spec.kind} value is null", hint="every episode needs this field")
         if spec.kind == "text":
@@ -161,8 +168,7 @@ class EpisodeLoader:
             except ValueError as exc:
                 raise EpisodeError(ep, name, str(exc)) from exc
             if not Path(video["file"]).is_file():
-                raise EpisodeError(ep, name, f"video file {video['path']!r} is missing",
-                                   hint="fix the path (relative to the store) or add the file")
+                raise EpisodeError(ep, name, f"video file {video['path']!r} is missing", hint=media_hint(spec))
             data.videos[name] = video
         elif spec.kind == "image":
             data.images[name] = self._image(ep, name, value)
@@ -179,7 +185,7 @@ class EpisodeLoader:
                 raise EpisodeError(ep, name, str(exc)) from exc
             except OSError as exc:
                 raise EpisodeError(ep, name, f"image file {value!r} cannot be read: {exc.strerror}",
-                                   hint="fix the path (relative to the store folder) or add the file") from exc
+                                   hint=media_hint(self.schema.fields[name])) from exc
         ext = image_ext(blob)
         if ext is None:
             raise EpisodeError(ep, name, "image is not PNG, JPEG, WebP or BMP", hint="re-encode it as PNG or JPEG")

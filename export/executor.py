@@ -9,7 +9,10 @@ implement the same method with `ray.remote` tasks, imported lazily as an optiona
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing.connection import Connection
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -33,14 +36,42 @@ class InlineExecutor:
         pass
 
 
+def _exit_with_parent(lifeline: Connection) -> None:
+    """Pool initializer: end this worker as soon as the process that started the pool is gone.
+
+    Why a pipe and not the parent's pid: a forkserver worker's parent is the forkserver, not the main
+    process, and the forkserver itself waits for its workers before it exits (they hold its "alive"
+    pipe), so without this a SIGKILLed export left the forkserver, the resource tracker and every
+    worker running for as long as their current task (minutes on a long episode), still writing
+    staging files. Only the main process holds the write end of `lifeline`, so reading the read end
+    returns EOF exactly when it exits, however it dies (also as an unreaped zombie, and with no pid
+    reuse to fool it). `PR_SET_PDEATHSIG` would not help here: it watches the forkserver. Once the
+    workers are gone, the forkserver and the resource tracker see EOF on their own pipes and exit.
+    """
+    def watch() -> None:
+        try:
+            lifeline.recv_bytes()  # nothing is ever sent: returns only by EOF (or an error)
+        except (EOFError, OSError):
+            pass
+        os._exit(1)  # not sys.exit: the main thread may be deep in a task; staging is resumable
+
+    threading.Thread(target=watch, name="robowds-parent-watch", daemon=True).start()
+
+
 class ProcessExecutor:
     """A local process pool. Workers start from a fresh interpreter (forkserver), not a fork of a
     process that already runs pyarrow's threads. At most 2 x workers tasks are in flight, so a huge
-    task list is never materialised as futures."""
+    task list is never materialised as futures. Workers exit when this process dies (see
+    `_exit_with_parent`)."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
+        context = multiprocessing.get_context("forkserver")
+        # the read end goes to every worker (duplicated into it by the forkserver at start); the write
+        # end stays here only: the forkserver and resource tracker get explicit fds, never this one
+        self._lifeline, self._keepalive = context.Pipe(duplex=False)
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                         initializer=_exit_with_parent, initargs=(self._lifeline,))
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         pending: set[Future[R]] = set()
@@ -57,6 +88,8 @@ class ProcessExecutor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._keepalive.close()  # after shutdown: closing it first would end workers mid-task
+        self._lifeline.close()
 
 
 def make_executor(workers: int) -> Executor:

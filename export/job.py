@@ -27,16 +27,17 @@ from tqdm import tqdm
 
 from export import __version__
 from export.build import BuildSpec, EpisodeWindows, build_episode
-from export.config import image_options, stream_window, video_options
+from export.config import check_field_keys, image_options, stream_window, video_options
 from export.episodes import EpisodeLoader
 from export.errors import EpisodeError, UserError
 from export.executor import make_executor
 from export.fsio import fsync_write
-from export.plausible import human_bytes
+from export.oserrors import os_error, work_note
 from export.plan import assign_splits, key_prefixes, pack_shards, window_order
+from export.plausible import human_bytes
 from export.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
 from export.report import SplitStats, build_manifest, report_warnings
-from export.store import StoreSchema, fingerprint, open_store
+from export.store import StoreSchema, fingerprint, invalid_utf8_row, open_store
 from reader.format import END_OF_ARCHIVE
 
 WORK_DIR = ".robowds-work"
@@ -99,6 +100,7 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
     windows, videos, images = {}, {}, {}
     for name in fields:
         spec = schema.fields[name]
+        check_field_keys(config, name, spec.kind)
         if spec.kind == "timeseries":
             windows[name] = stream_window(config, name, spec.interpolation or "linear", spec.max_gap_s)
         elif spec.kind == "video":
@@ -130,7 +132,13 @@ def _declared_splits(schema: StoreSchema) -> dict[str, str]:
     table = schema.reserved.get("split")
     if table is None:
         return {}
-    cols = pq.read_table(schema.root / table, columns=["episode_id", "split"]).to_pydict()
+    data = pq.read_table(schema.root / table, columns=["episode_id", "split"])
+    try:
+        cols = data.to_pydict()
+    except UnicodeDecodeError as exc:  # the ids were checked by open_store: the split column is
+        row = invalid_utf8_row(data.column("split"))
+        raise UserError(f"table {table}: split of row {row} is not valid UTF-8 text",
+                        hint="write the split column as UTF-8 strings") from exc
     return {str(e): str(s) for e, s in zip(cols["episode_id"], cols["split"]) if s is not None}
 
 
@@ -317,10 +325,12 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
     if out == store or store in out.parents:  # the store's fingerprint would change with every run
         raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
     job, resolved = resolve(store, config)
-    schema = job.schema
     source = fingerprint(store)
     job_id = _job_id(source, resolved)
-    work = _prepare_out(out, job_id, overwrite)
+    try:
+        work = _prepare_out(out, job_id, overwrite)
+    except OSError as exc:  # OUT under a file, read-only, no permission, disk full
+        raise os_error(exc, "export", out) from exc
     if isinstance(work, dict):  # up to date: the finished manifest
         doc = work
         shards = sum(len(s["shards"]) for s in doc["splits"].values())
@@ -328,6 +338,21 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
     job = replace(job, work=str(work))
+    try:
+        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began)
+    except OSError as exc:
+        raise os_error(exc, "export", out, work) from exc
+    except UserError as exc:
+        note = work_note(work)
+        if not note or str(work) in (exc.hint or ""):
+            raise
+        raise UserError(exc.message, hint="; ".join(filter(None, [exc.hint, note])), exit_code=exc.exit_code) from exc
+
+
+def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source: str, job_id: str, out: Path,
+         work: Path, workers: int, progress: bool, began: float) -> Summary:
+    """Map, reduce and publish into a prepared work folder."""
+    schema = job.schema
     executor = make_executor(workers)
     try:
         ids = schema.episode_ids

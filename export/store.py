@@ -15,10 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
-
 from export.errors import UserError
 from export.resample import METHODS, QUAT_ORDERS
+from export.yamlio import YamlError, load_file
 from reader.format import FIELD_RE, MASK_SUFFIX, META_FIELD
 
 KINDS = ("timeseries", "video", "image", "text", "value")
@@ -128,17 +127,43 @@ def _infer(name: str, table: str, typ: pa.DataType, sample: Any) -> FieldSpec | 
     return f"unsupported column type {typ}"
 
 
+def _first_strings(row: pa.Table) -> dict[str, str | None]:
+    """The first row's string columns as text, for kind inference only: bytes that are not UTF-8 are
+    replaced here (the episode pass reports them, naming episode and field, for every row)."""
+    return {name: None if value is None else value.decode("utf-8", errors="replace")
+            for name, value in zip(row.column_names,
+                                   (row.column(c).cast(pa.large_binary())[0].as_py() for c in row.column_names))}
+
+
+def invalid_utf8_row(column: pa.Array | pa.ChunkedArray) -> int | None:
+    """Index of the first value of a string column that is not valid UTF-8 (None if all are).
+
+    pyarrow does not check UTF-8 when it reads Parquet, so such bytes surface as a UnicodeDecodeError
+    only when a value is converted; this finds which row, one value at a time (error path only)."""
+    for row, value in enumerate(column.cast(pa.large_binary()).to_pylist()):
+        if value is not None:
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                return row
+    return None
+
+
 def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, dict[str, Any]], str | None]:
     path = root / STORE_YAML
     if not path.exists():
         return {}, None
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        problems.append(Problem("error", f"{STORE_YAML} is not valid YAML: {exc}"))
+        doc = load_file(path) or {}
+    except YamlError as exc:
+        problems.append(Problem("error", f"{STORE_YAML} is {exc.reason}", hint=f"fix {path}"))
+        return {}, None
+    except OSError as exc:
+        problems.append(Problem("error", f"{STORE_YAML} cannot be read: {exc.strerror or exc}",
+                                hint=f"make {path} a readable YAML file, or remove it"))
         return {}, None
     if not isinstance(doc, dict):
-        problems.append(Problem("error", f"{STORE_YAML} must be a mapping"))
+        problems.append(Problem("error", f"{STORE_YAML} must be a mapping", hint="see the README, section store.yaml"))
         return {}, None
     unknown = set(doc) - {"version", "clock", "fields"}
     if unknown:
@@ -147,6 +172,16 @@ def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, d
     if doc.get("version", 1) != 1:
         problems.append(Problem("error", f"{STORE_YAML}: version {doc.get('version')!r} is not supported (1)"))
     decls = doc.get("fields") or {}
+    if not isinstance(decls, dict):
+        problems.append(Problem("error", f"{STORE_YAML}: fields must be a mapping of field name -> declaration, "
+                                f"got a {type(decls).__name__}",
+                                hint="write `fields:` then one indented `name:` per field, without `- ` in front"))
+        decls = {}
+    clock = doc.get("clock")
+    if clock is not None and not isinstance(clock, str):
+        problems.append(Problem("error", f"{STORE_YAML}: clock must be a field name, got {clock!r}",
+                                hint="e.g. `clock: joints`"))
+        clock = None
     for name, decl in decls.items():
         if not isinstance(decl, dict):
             problems.append(Problem("error", f"{STORE_YAML}: declaration must be a mapping", field=name))
@@ -155,7 +190,7 @@ def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, d
         if bad:
             problems.append(Problem("error", f"{STORE_YAML}: unknown declaration key(s) {sorted(bad)}",
                                     field=name, hint=f"known: {', '.join(sorted(DECL_KEYS))}"))
-    return decls, doc.get("clock")
+    return decls, clock
 
 
 def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> FieldSpec:
@@ -195,6 +230,8 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
     if max_gap is not None and not (isinstance(max_gap, (int, float)) and max_gap > 0):
         return bad(f"max_gap_s must be a positive number, got {max_gap!r}")
     fps = decl.get("fps")
+    if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and 0 < fps < float("inf")):
+        return bad(f"fps must be a positive number, got {fps!r}")
     return FieldSpec(spec.name, spec.table, kind, spec.arrow_type,
                      interp if kind in ("timeseries", "video") else None, spec.value_dtype,
                      tuple(names) if names else None, tuple(units) if isinstance(units, list) else units,
@@ -231,12 +268,19 @@ def open_store(root: Path) -> StoreSchema:
             ids_table = pfile.read(columns=["episode_id"])
             strings = [c for c in schema.names if pa.types.is_string(schema.field(c).type)
                        or pa.types.is_large_string(schema.field(c).type)]
-            first_row = (pfile.read_row_group(0, columns=strings).slice(0, 1).to_pylist()[0]
+            first_row = (_first_strings(pfile.read_row_group(0, columns=strings).slice(0, 1))
                          if pfile.metadata.num_rows and strings else {})
         except (pa.ArrowException, OSError) as exc:
             problems.append(Problem("error", f"table {name} cannot be read as Parquet: {exc}"))
             continue
-        ids = [str(v) for v in ids_table.column("episode_id").to_pylist()]
+        try:
+            ids = [str(v) for v in ids_table.column("episode_id").to_pylist()]
+        except UnicodeDecodeError:
+            row = invalid_utf8_row(ids_table.column("episode_id"))
+            problems.append(Problem("error", f"table {name}: episode_id of row {row} is not valid UTF-8 text",
+                                    hint="write episode ids as UTF-8 strings (or integers)"))
+            unread |= set(schema.names)
+            continue
         locs: dict[str, tuple[int, int]] = {}
         row = 0
         for group in range(pfile.metadata.num_row_groups):
@@ -289,7 +333,7 @@ def open_store(root: Path) -> StoreSchema:
                                     hint="write list<list<float64>> (values are cast back on export)"))
         if spec.kind == "video" and spec.fps is None and "struct" not in spec.arrow_type:
             problems.append(Problem("error", "video path column without fps", field=spec.name,
-                                    hint=f"declare fps for it in {STORE_YAML}"))
+                                    hint=f"declare fps for it in {STORE_YAML}" + _text_hint(spec)))
     if clock is not None and (clock not in fields or fields[clock].kind != "timeseries"):
         problems.append(Problem("error", f"{STORE_YAML}: clock {clock!r} is not a time-series field"))
     units = {f.time_unit for f in fields.values() if f.kind == "timeseries"}
@@ -322,6 +366,20 @@ def fingerprint(root: Path) -> str:
         else:
             digest.update(str(path.stat().st_size).encode())
     return digest.hexdigest()
+
+
+def _text_hint(spec: FieldSpec) -> str:
+    """A string column is taken for a media path when its first value ends in a media extension, so a
+    text column whose first value happens to ("draw the logo.png") needs `kind: text`: say so."""
+    if spec.kind in ("image", "video") and spec.arrow_type in ("string", "large_string"):
+        return (f"; if {spec.name!r} is text, not a path (its first value ends like a file name), declare "
+                f"`kind: text` for it under fields in {STORE_YAML}")
+    return ""
+
+
+def media_hint(spec: FieldSpec) -> str:
+    """The fix for a media file that cannot be found or read from a path column."""
+    return "fix the path (relative to the store folder) or add the file" + _text_hint(spec)
 
 
 def safe_media_path(root: Path, rel: str) -> Path:

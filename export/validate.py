@@ -17,7 +17,7 @@ from export.errors import EpisodeError
 from export.extent import ExtentError, episode_extent, segment_span
 from export.plausible import MAX_EPISODE_S, extent_problem, period_problem
 from export.resample import StreamError, clean_stream
-from export.store import Problem, StoreSchema, open_store, safe_media_path
+from export.store import Problem, StoreSchema, media_hint, open_store, safe_media_path
 from export.video import MISSING_FRAMES_LIMIT, VideoError, probe_video
 
 FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
@@ -110,7 +110,7 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
             continue
         if not path.is_file():
             report.problems.append(Problem("error", f"video file {video.get('path')!r} is missing", ep, name,
-                                           hint="fix the path (relative to the store) or add the file"))
+                                           hint=media_hint(schema.fields[name])))
             continue
         span = _check_video(path, video, ep, name, report)
         if span is not None:

@@ -76,7 +76,11 @@ def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str
             if spec["member"] not in members or spec["mask_member"] not in members:
                 problems.append(f"field {name!r} or its mask is missing")
                 continue
-            values, mask = decode_npy(members[spec["member"]]), decode_npy(members[spec["mask_member"]])
+            try:
+                values, mask = decode_npy(members[spec["member"]]), decode_npy(members[spec["mask_member"]])
+            except ValueError as exc:  # object dtype, a payload shorter than its header's shape, a bad header
+                problems.append(f"field {name!r} or its mask does not decode: {exc}")
+                continue
             shape = tuple(spec["shape"])
             if values.dtype.name != spec["dtype"] or values.shape != shape:
                 problems.append(f"field {name!r}: {values.dtype.name}{list(values.shape)}, schema says "
@@ -118,8 +122,8 @@ def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str
                 meta = json.loads(bytes(members[spec["member"]]))
                 if meta.get("split") != split or set(meta) != set(spec["keys"]):
                     problems.append(f"meta.json {meta} does not match split {split!r} / keys {spec['keys']}")
-            except (KeyError, json.JSONDecodeError) as exc:
-                problems.append(f"meta.json: {type(exc).__name__}")
+            except (KeyError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                problems.append(f"meta.json: {type(exc).__name__}: {exc}")
     extra = set(members) - expected
     if extra:
         problems.append(f"unexpected members {sorted(extra)}")
@@ -156,8 +160,8 @@ def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any
             for problem in check_sample(schema, split, key, members):
                 result.failures.append(f"{where}: key {key} (byte {offset}): {problem}")
         result.samples += len(samples)
-    except (ShardFormatError, ValueError) as exc:
-        result.failures.append(str(exc))
+    except (ShardFormatError, ValueError) as exc:  # format errors name the shard themselves
+        result.failures.append(str(exc) if str(exc).startswith(where) else f"{where}: {exc}")
     result.shards += 1
 
 

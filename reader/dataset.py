@@ -277,7 +277,7 @@ class ShardDataset(IterableDataset):
                 pending: Any) -> dict[str, Any] | None:
         try:
             buf, offset = pending.result() if isinstance(pending, Future) else source.span(pending[0], start, pending[1])
-            sample = decoder.decode(buf, offset, offset + size, shard.path, start)
+            sample = decoder.decode(buf, offset, offset + size, f"shard {shard.path}", start)
             for name in self.cameras:
                 sample[name] = sample[name].transpose(0, 3, 1, 2)  # [T, H, W, C] -> [T, C, H, W] (a view)
         except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:
