@@ -84,6 +84,12 @@ class StoreSchema:
 
     def raise_if_errors(self) -> None:
         errors = self.errors
+        if len(errors) == 1:  # one problem: its own fix, not a second "error:" inside the message
+            only = errors[0]
+            where = ", ".join(p for p in (f"episode {only.episode!r}" if only.episode else "",
+                                          f"field {only.field!r}" if only.field else "") if p)
+            raise UserError(f"store {self.root}: {where + ': ' if where else ''}{only.message}",
+                            hint=only.hint or "run `robowds validate STORE` for the full report")
         if errors:
             listed = "\n  ".join(str(p) for p in errors[:20])
             more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
@@ -196,7 +202,9 @@ def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, d
 def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> FieldSpec:
     """Overlay a declaration on the inferred spec, checking each declared value."""
     def bad(msg: str, hint: str | None = None) -> FieldSpec:
-        problems.append(Problem("error", f"{STORE_YAML}: {msg}", field=spec.name, hint=hint))
+        problems.append(Problem("error", f"{STORE_YAML}: {msg}", field=spec.name,
+                                hint=hint or f"fix the declaration of {spec.name!r} under fields in {STORE_YAML} "
+                                             "(README, section store.yaml)"))
         return spec
 
     kind = decl.get("kind", spec.kind)
@@ -231,7 +239,7 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
         return bad(f"max_gap_s must be a positive number, got {max_gap!r}")
     fps = decl.get("fps")
     if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and 0 < fps < float("inf")):
-        return bad(f"fps must be a positive number, got {fps!r}")
+        return bad(f"fps must be a positive number, got {fps!r}", hint="frames per second of its video files, e.g. fps: 30")
     return FieldSpec(spec.name, spec.table, kind, spec.arrow_type,
                      interp if kind in ("timeseries", "video") else None, spec.value_dtype,
                      tuple(names) if names else None, tuple(units) if isinstance(units, list) else units,

@@ -1,0 +1,300 @@
+"""Bad input never gives a traceback: one table of bad stores, configs and output folders, each run
+through the real CLI (`validate` where the store is at fault, always `export`).
+
+For every case: a non-zero exit, exactly one `robowds CMD: error:` message naming the file, episode or
+field at fault and a `fix:`, no "Traceback", and nothing published in OUT (no manifest, no wids index,
+no shard). Cases that need a small or read-only file system mount a tmpfs (root or CAP_SYS_ADMIN,
+as on the CI machines); where mounting is not allowed they are skipped with the reason.
+
+To add a case: append a `BadInput` to `CASES` (`make` turns a fresh copy of a valid 3-episode
+synthetic store into the bad input; `needs` names fixtures such as `tmpfs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pytest
+
+from corrupt import edit_yaml, rewrite_table
+from export.cli import main
+from export.synth import write_synthetic_store
+
+ROOT = Path(__file__).resolve().parents[1]
+EP = "ep_0000"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One prepared bad input: the command line's paths and options."""
+
+    store: Path
+    out: Path
+    options: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BadInput:
+    id: str
+    make: Callable[[Path, Path, Path], Case]  # (store copy, out, scratch dir) -> the bad input
+    names: tuple[str, ...]  # what the error must name (file, episode, field) and say, each verbatim
+    validate: bool = False  # the store itself is at fault: `robowds validate` must refuse it too
+    needs: str | None = None  # "tmpfs": a small tmpfs is mounted at scratch/fs (skipped where impossible)
+
+
+# ---------------------------------------------------------------------------------------- the faults
+
+def _fields_as_list(store: Path, out: Path, scratch: Path) -> Case:
+    edit_yaml(store, lambda doc: doc.update(fields=[{name: decl} for name, decl in doc["fields"].items()]))
+    return Case(store, out)
+
+
+def _yaml_not_text(store: Path, out: Path, scratch: Path) -> Case:
+    (store / "store.yaml").write_bytes(bytes(range(128, 256)))
+    return Case(store, out)
+
+
+def _clock_list(store: Path, out: Path, scratch: Path) -> Case:
+    edit_yaml(store, lambda doc: doc.update(clock=["joints"]))
+    return Case(store, out)
+
+
+def _fps_word(store: Path, out: Path, scratch: Path) -> Case:
+    edit_yaml(store, lambda doc: doc["fields"]["joints"].update(fps="fast"))
+    return Case(store, out)
+
+
+def _invalid_utf8(column: str, row: int, raw: bytes) -> Callable[[Path, Path, Path], Case]:
+    """A string column with bytes that are not UTF-8 (pyarrow writes them unchecked through a view)."""
+    table = {"task": "text.parquet", "episode_id": "text.parquet"}[column]
+
+    def make(store: Path, out: Path, scratch: Path) -> Case:
+        def change(t: pa.Table) -> pa.Table:
+            values = [v.encode() for v in t.column(column).to_pylist()]
+            values[row] = raw
+            bad = pa.array(values, pa.binary()).view(pa.string())
+            return t.set_column(t.schema.get_field_index(column), column, bad)
+        rewrite_table(store, table, change)
+        return Case(store, out)
+    return make
+
+
+def _text_like_a_path(store: Path, out: Path, scratch: Path) -> Case:
+    """A text column whose first value ends in .png is read as image paths unless declared text."""
+    edit_yaml(store, lambda doc: doc["fields"].pop("task"))
+    rewrite_table(store, "text.parquet", lambda t: t.set_column(
+        1, "task", pa.array(["draw the logo.png", *t.column("task").to_pylist()[1:]])))
+    return Case(store, out)
+
+
+def _set_not_yaml(store: Path, out: Path, scratch: Path) -> Case:
+    return Case(store, out, ["--set", "fps=[1,"])
+
+
+def _config_binary(store: Path, out: Path, scratch: Path) -> Case:
+    config = scratch / "export.yaml"
+    config.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    return Case(store, out, ["--config", str(config)])
+
+
+def _config_folder(store: Path, out: Path, scratch: Path) -> Case:
+    (scratch / "conf.d").mkdir()
+    return Case(store, out, ["--config", str(scratch / "conf.d")])
+
+
+def _video_keys_on_series(store: Path, out: Path, scratch: Path) -> Case:
+    return Case(store, out, ["--set", "streams.joints.encoding=mp4", "--set", "streams.joints.resize=[8, 8]"])
+
+
+def _window_keys_on_text(store: Path, out: Path, scratch: Path) -> Case:
+    return Case(store, out, ["--set", "streams.task.rate_hz=5"])
+
+
+def _out_is_a_file(store: Path, out: Path, scratch: Path) -> Case:
+    out.write_text("my notes")
+    return Case(store, out)
+
+
+def _out_under_a_file(store: Path, out: Path, scratch: Path) -> Case:
+    (scratch / "notes.txt").write_text("my notes")
+    return Case(store, scratch / "notes.txt" / "out")
+
+
+def _out_read_only(store: Path, out: Path, scratch: Path) -> Case:
+    subprocess.run(["mount", "-o", "remount,ro", str(scratch / "fs")], check=True)
+    return Case(store, scratch / "fs" / "out")
+
+
+def _out_disk_full(store: Path, out: Path, scratch: Path) -> Case:
+    return Case(store, scratch / "fs" / "out")  # 600 kB: the export needs ~4 MB
+
+
+CASES: list[BadInput] = [
+    BadInput("store.yaml fields is a list", _fields_as_list,
+             ("store.yaml: fields must be a mapping", "got a list"), validate=True),
+    BadInput("store.yaml is not text", _yaml_not_text, ("store.yaml is not a YAML text file", "byte 0"),
+             validate=True),
+    BadInput("store.yaml clock is a list", _clock_list, ("store.yaml: clock must be a field name",), validate=True),
+    BadInput("store.yaml fps is a word", _fps_word, ("field 'joints'", "fps must be a positive number, got 'fast'"),
+             validate=True),
+    BadInput("text column not UTF-8", _invalid_utf8("task", 0, b"pick \xff\xfe up"),
+             (f"episode {EP!r}", "field 'task'", "not valid UTF-8", "byte 5"), validate=True),
+    BadInput("episode id not UTF-8", _invalid_utf8("episode_id", 2, b"ep_\xc3\x28"),
+             ("table text.parquet", "episode_id of row 2 is not valid UTF-8"), validate=True),
+    BadInput("text column looks like a path", _text_like_a_path,
+             (f"episode {EP!r}", "field 'task'", "'draw the logo.png'", "declare `kind: text`"), validate=True),
+    BadInput("--set value not YAML", _set_not_yaml, ("--set fps=[1,", "not valid YAML")),
+    BadInput("--config is binary", _config_binary, ("cannot read config", "export.yaml", "not a YAML text file")),
+    BadInput("--config is a folder", _config_folder, ("cannot read config", "conf.d")),
+    BadInput("video keys on a time series", _video_keys_on_series,
+             ("streams.joints", "['encoding', 'resize']", "'joints' is a time series")),
+    BadInput("window keys on a text field", _window_keys_on_text, ("streams.task", "['rate_hz']", "'task' is a text")),
+    BadInput("OUT is a file", _out_is_a_file, ("output folder", "is a file")),
+    BadInput("OUT is under a file", _out_under_a_file, ("notes.txt is a file, not a folder",)),
+    BadInput("OUT is read-only", _out_read_only, ("output folder", "read-only file system"), needs="tmpfs"),
+    BadInput("OUT disk is full", _out_disk_full, ("disk full while writing into output folder", ".robowds-work"),
+             needs="tmpfs"),
+]
+# Cases of other items (JSON-string time series, names vs columns, undecodable images, implausible
+# extents and rates, int64 ns read as seconds, huge fps/rate_hz) are appended here as they land.
+
+
+# ------------------------------------------------------------------------------------------ harness
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_synthetic_store(tmp_path_factory.mktemp("pristine") / "store", episodes=3, seed=0).root
+
+
+def mount_tmpfs(path: Path, size: str) -> None:
+    """Mount a tmpfs of `size` at `path`, or skip the test (not root, no CAP_SYS_ADMIN, no mount)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {done.stderr.strip()}")
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    yield tmp_path / "scratch"
+    fs = tmp_path / "scratch" / "fs"
+    if fs.is_dir() and os.path.ismount(fs):
+        subprocess.run(["umount", str(fs)], check=True)
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | None, str, str]:
+    """The CLI in-process, as a user runs it; an escaping exception counts as the traceback it prints."""
+    try:
+        rc: int | None = main(argv)
+    except BaseException:  # noqa: BLE001 - SystemExit included: argparse errors are not ours to test here
+        rc, crash = None, traceback.format_exc()
+    else:
+        crash = ""
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err + crash
+
+
+def published(out: Path) -> list[str]:
+    """What a reader could see in OUT: manifest, wids indexes, shards (the work folder is not published)."""
+    if not out.is_dir():
+        return []
+    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                  if p.is_file() and ".robowds-work" not in p.parts
+                  and (p.name == "manifest.json" or p.name.endswith(".wids.json") or p.suffix == ".tar"))
+
+
+def prepare(case: BadInput, pristine: Path, scratch: Path) -> Case:
+    scratch.mkdir(parents=True)
+    if case.needs == "tmpfs":
+        mount_tmpfs(scratch / "fs", "600k")
+    store = scratch / "store"
+    shutil.copytree(pristine, store)
+    return case.make(store, scratch / "out", scratch)
+
+
+def check_one_error(text: str, command: str, names: tuple[str, ...]) -> None:
+    assert "Traceback" not in text, text
+    assert text.startswith(f"robowds {command}: error: "), text
+    assert text.count(f"robowds {command}: error:") == 1 and text.count("\n  fix: ") == 1, text
+    for name in names:
+        assert name in text, f"{name!r} not in:\n{text}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_clear_error(case: BadInput, pristine: Path, scratch: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    bad = prepare(case, pristine, scratch)
+    if case.validate:
+        rc, stdout, err = run_cli(["validate", str(bad.store)], capsys)
+        assert "Traceback" not in stdout + err, err
+        assert rc == 1, stdout + err
+        lines = [line for line in stdout.splitlines() if line.lstrip().startswith("error: ")]
+        assert lines and "(fix: " in lines[0], stdout
+        for name in case.names:
+            assert name in lines[0], f"{name!r} not in:\n{lines[0]}"
+        assert "NOT exportable" in stdout
+    rc, stdout, err = run_cli(["export", str(bad.store), str(bad.out), "--quiet", "--workers", "1", *bad.options],
+                              capsys)
+    assert rc == 2, stdout + err
+    check_one_error(err, "export", case.names)
+    assert published(bad.out) == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in ("--config is binary", "text column not UTF-8")],
+                         ids=lambda c: c.id)
+def test_bad_input_in_a_real_process_with_workers(case: BadInput, pristine: Path, scratch: Path) -> None:
+    """The same, as a separate process with a worker pool (errors come back from the workers)."""
+    bad = prepare(case, pristine, scratch)
+    done = subprocess.run([sys.executable, "-m", "export.cli", "export", str(bad.store), str(bad.out), "--quiet",
+                           "--workers", "2", *bad.options], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    check_one_error(done.stderr, "export", case.names)
+    assert published(bad.out) == []
+
+
+def tree_bytes(out: Path) -> dict[str, str]:
+    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_disk_full_then_rerun_after_freeing_space_is_byte_identical(
+        workers: int, pristine: Path, scratch: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scratch.mkdir()
+    fs = scratch / "fs"
+    mount_tmpfs(fs, "600k")
+    argv = ["--quiet", "--workers", str(workers)]
+    rc, _, err = run_cli(["export", str(pristine), str(fs / "out"), *argv], capsys)
+    assert rc == 2
+    check_one_error(err, "export", ("disk full while writing into output folder", f"delete {fs / 'out'}/.robowds-work"))
+    assert published(fs / "out") == []
+    subprocess.run(["mount", "-o", "remount,size=64m", str(fs)], check=True)  # space freed
+    assert run_cli(["export", str(pristine), str(fs / "out"), *argv], capsys)[0] == 0
+    assert run_cli(["export", str(pristine), str(tmp_path / "ref"), *argv], capsys)[0] == 0
+    assert tree_bytes(fs / "out") == tree_bytes(tmp_path / "ref")
+
+
+def test_failed_export_says_how_to_remove_its_work_folder(pristine: Path, scratch: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """An export that stops on bad episodes leaves its staging (and perhaps `*.tmp-PID` files) in the
+    work folder: the message says a re-run resumes from it and how to delete it."""
+    bad = prepare(CASES[[c.id for c in CASES].index("text column not UTF-8")], pristine, scratch)
+    rc, _, err = run_cli(["export", str(bad.store), str(bad.out), "--quiet", "--workers", "1"], capsys)
+    assert rc == 2
+    work = bad.out.resolve() / ".robowds-work"
+    assert work.is_dir()
+    check_one_error(err, "export", (f"the unfinished export in {work} (", "is resumed by re-running the same command",
+                                    "delete that folder to start over"))
