@@ -82,7 +82,8 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
         try:
             cursor[parts[-1]] = load_text(raw, f"--set {item}")
         except YamlError as exc:
-            raise UserError(f"--set {item}: the value is {exc.reason}", hint="quote it or fix the YAML, e.g. --set 'streams.cam.resize=[224, 224]'"
+            raise UserError(f"--set {item}: the value is {exc.reason}",
+                            hint="quote it or fix the YAML, e.g. --set 'streams.cam.resize=[224, 224]'"
                             ) from exc
         _merge(config, node, where=f"--set {item}")
     _check(config)

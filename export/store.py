@@ -239,7 +239,8 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
         return bad(f"max_gap_s must be a positive number, got {max_gap!r}")
     fps = decl.get("fps")
     if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and 0 < fps < float("inf")):
-        return bad(f"fps must be a positive number, got {fps!r}", hint="frames per second of its video files, e.g. fps: 30")
+        return bad(f"fps must be a positive number, got {fps!r}",
+                   hint="frames per second of its video files, e.g. fps: 30")
     return FieldSpec(spec.name, spec.table, kind, spec.arrow_type,
                      interp if kind in ("timeseries", "video") else None, spec.value_dtype,
                      tuple(names) if names else None, tuple(units) if isinstance(units, list) else units,

@@ -1,0 +1,76 @@
+"""Killing only the export's main process ends its whole process tree (issue 10, item 9).
+
+A real export with 2 workers runs as its own process; once workers are staging episodes, the main
+process alone gets SIGKILL (not its process group: that is what a crashed or OOM-killed parent
+looks like). Before the fix the forkserver, the resource tracker and both workers kept running, the
+workers still writing staging files; now all of them are gone within 5 s, and a re-run finishes
+byte-identical to an export that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from export.synth import write_synthetic_store
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def export_cmd(store: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "2"]
+
+
+def tree_bytes(out: Path) -> dict[str, str]:
+    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def alive(procs: list[psutil.Process]) -> list[str]:
+    """The processes of `procs` still running (zombies, which run nothing and write nothing, are not)."""
+    running = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                running.append(f"{proc.pid} {' '.join(proc.cmdline())[:100]}")
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_main_process_ends_every_worker(tmp_path: Path) -> None:
+    store = write_synthetic_store(tmp_path / "store", episodes=40, seed=5).root
+    out, work = tmp_path / "out", tmp_path / "out" / ".robowds-work"
+    proc = subprocess.Popen(export_cmd(store, out), env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(work.glob("ep-*.rec")):  # the map has started: workers are staging episodes
+            assert proc.poll() is None, "the export ended before it could be killed"
+            assert time.monotonic() < deadline, "no episode was staged in 120 s"
+            time.sleep(0.02)
+        tree = psutil.Process(proc.pid).children(recursive=True)  # forkserver, tracker, 2 workers
+        staged = len(list(work.glob("ep-*.rec")))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(tree) >= 3, [p.cmdline() for p in tree]
+    assert staged < 40 and not (out / "manifest.json").exists(), "killed too late to test anything"
+    deadline = time.monotonic() + 5.0
+    while alive(tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive(tree) == [], "still running 5 s after the main process was killed"
+    subprocess.run(export_cmd(store, out), check=True, env=ENV)
+    subprocess.run(export_cmd(store, tmp_path / "ref"), check=True, env=ENV)
+    assert tree_bytes(out) == tree_bytes(tmp_path / "ref")
