@@ -254,3 +254,25 @@ def test_per_stream_overrides_window_defaults() -> None:
     other = stream_window(config, "joints", "linear", 0.5)  # window defaults + the declared max gap
     assert other == StreamWindow(rate_hz=10.0, duration_s=2.0, offset_s=-1.0, pad="edge", steps=20,
                                  max_gap_s=0.5, interpolation="linear")
+
+
+# --- numbers with an exponent (YAML 1.1 reads 1e-1 as a string) ---
+
+@pytest.mark.parametrize("raw, value", [("1e-1", 0.1), ("1E1", 10.0), ("+2.5e1", 25.0), (".5e1", 5.0),
+                                        ("5e0", 5.0), ("1.5e1", 15.0)])
+def test_exponent_numbers_in_set_are_numbers(raw: str, value: float) -> None:
+    config = load_config(None, [f"fps={raw}", f"window.duration_s={raw}"])
+    assert config["fps"] == value and config["window"]["duration_s"] == value
+
+
+def test_exponent_numbers_in_the_config_file_are_numbers(tmp_path: Path) -> None:
+    config = load_config(_yaml(tmp_path, "fps: 2e1\nstreams:\n  joints:\n    max_gap_s: 5e-2\n"))
+    assert config["fps"] == 20.0 and config["streams"]["joints"]["max_gap_s"] == 0.05
+
+
+def test_an_exponent_makes_a_float_and_words_stay_strings() -> None:
+    with pytest.raises(UserError, match=r"config seed must be an integer >= 0, got 1000.0"):
+        load_config(None, ["seed=1e3"])  # as in YAML 1.2 and JSON
+    with pytest.raises(UserError, match=r"config fps must be a positive number, got 'e5'"):
+        load_config(None, ["fps=e5"])
+    assert load_config(None, ["splits.val=1e-1"])["splits"] == {"train": "rest", "val": 0.1}
