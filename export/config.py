@@ -86,9 +86,20 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
                             hint="quote it or fix the YAML, e.g. --set 'streams.cam.resize=[224, 224]'"
                             ) from exc
         _merge(config, node, where=f"--set {item}")
+    _as_ints(config)
     _check(config)
     _as_floats(config)
     return config
+
+
+def _as_ints(config: dict[str, Any]) -> None:
+    """Whole floats as integers for integer settings, so `shard.max_bytes=256e6` (a float in YAML, like
+    every exponent number) is accepted, and is the same config as `max_bytes: 256000000`."""
+    for node, key in ((config, "stride"), (config, "seed"), (config.get("shard"), "max_samples"),
+                      (config.get("shard"), "max_bytes")):
+        value = node.get(key) if isinstance(node, dict) else None
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            node[key] = int(value)
 
 
 REAL_KEYS = ("fps", "min_valid_fraction", "max_gap_factor", "max_episode_s")  # top level

@@ -25,8 +25,10 @@ def load_window(out: Path, split: str, key: str | None, index: int | None) -> tu
     try:
         manifest = parse_manifest(path.read_bytes(), str(path))
         shards = shards_of(manifest, split)
-    except ManifestError as exc:
-        raise UserError(str(exc)) from exc
+    except (ManifestError, ValueError) as exc:  # ValueError: bytes that are not UTF-8 text
+        reason = str(exc) if isinstance(exc, ManifestError) else f"{path} is not a robowds manifest: {exc}"
+        raise UserError(reason, hint="pass the output folder of a finished robowds export (if its manifest is "
+                                     "damaged, export again into a new folder)") from exc
     seen = 0
     for shard in shards:
         data = (Path(out) / shard.path).read_bytes()

@@ -38,8 +38,9 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
         return None
     try:
         return parse_manifest(path.read_bytes(), str(path))
-    except (ManifestError, OSError) as exc:
-        raise UserError(f"{exc}: robowds replaces only an export it wrote and can read",
+    except (ManifestError, OSError, ValueError) as exc:  # ValueError: bytes that are not UTF-8 text
+        reason = exc if isinstance(exc, (ManifestError, OSError)) else f"{path} is not a robowds manifest ({exc})"
+        raise UserError(f"{reason}: robowds replaces only an export it wrote and can read",
                         hint=f"choose another output folder, or move {path} away if it is not a robowds export"
                         ) from exc
 

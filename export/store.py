@@ -304,7 +304,16 @@ def open_store(root: Path) -> StoreSchema:
         tables[name] = []
         for col in schema.names:
             if col in RESERVED_COLUMNS:
-                if col != "episode_id":
+                typ = schema.field(col).type
+                if col in ("start_s", "end_s") and not (pa.types.is_floating(typ) or pa.types.is_integer(typ)):
+                    problems.append(Problem("error", f"reserved column {col} in table {name} must hold seconds "
+                                            f"(float64), not {typ}", hint=f"write {col} as float64, or rename the "
+                                            "column if it is not the episode's extent"))
+                elif col == "split" and not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+                    problems.append(Problem("error", f"reserved column split in table {name} must hold split "
+                                            f"names (string), not {typ}", hint="write split as strings, or rename "
+                                            "the column if it is not the episode's split"))
+                elif col != "episode_id":
                     reserved[col] = name
                 continue
             if col in fields:

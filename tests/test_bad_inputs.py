@@ -96,6 +96,22 @@ def _text_like_a_path(store: Path, out: Path, scratch: Path) -> Case:
     return Case(store, out)
 
 
+def _extent_as_text(store: Path, out: Path, scratch: Path) -> Case:
+    rewrite_table(store, "text.parquet", lambda t: t.append_column("start_s", pa.array(["0.5", "soon", "1"])))
+    return Case(store, out)
+
+
+def _split_as_number(store: Path, out: Path, scratch: Path) -> Case:
+    rewrite_table(store, "text.parquet", lambda t: t.append_column("split", pa.array([1, 2, 1])))
+    return Case(store, out)
+
+
+def _manifest_not_text(store: Path, out: Path, scratch: Path) -> Case:
+    out.mkdir()
+    (out / "manifest.json").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    return Case(store, out)
+
+
 def _set_not_yaml(store: Path, out: Path, scratch: Path) -> Case:
     return Case(store, out, ["--set", "fps=[1,"])
 
@@ -152,6 +168,13 @@ CASES: list[BadInput] = [
              ("table text.parquet", "episode_id of row 2 is not valid UTF-8"), validate=True),
     BadInput("text column looks like a path", _text_like_a_path,
              (f"episode {EP!r}", "field 'task'", "'draw the logo.png'", "declare `kind: text`"), validate=True),
+    BadInput("start_s is text", _extent_as_text,
+             ("reserved column start_s in table text.parquet must hold seconds (float64), not string",), validate=True),
+    BadInput("split is a number", _split_as_number,
+             ("reserved column split in table text.parquet must hold split names (string), not int64",),
+             validate=True),
+    BadInput("OUT has a binary manifest.json", _manifest_not_text,
+             ("manifest.json is not a robowds manifest", "byte 0x89", "move")),
     BadInput("--set value not YAML", _set_not_yaml, ("--set fps=[1,", "not valid YAML")),
     BadInput("--config is binary", _config_binary, ("cannot read config", "export.yaml", "not a YAML text file")),
     BadInput("--config is a folder", _config_folder, ("cannot read config", "conf.d")),
@@ -206,13 +229,13 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | 
     return rc, captured.out, captured.err + crash
 
 
-def published(out: Path) -> list[str]:
+def published(out: Path) -> dict[str, bytes]:
     """What a reader could see in OUT: manifest, wids indexes, shards (the work folder is not published)."""
     if not out.is_dir():
-        return []
-    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
-                  if p.is_file() and ".robowds-work" not in p.parts
-                  and (p.name == "manifest.json" or p.name.endswith(".wids.json") or p.suffix == ".tar"))
+        return {}
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and ".robowds-work" not in p.parts
+            and (p.name == "manifest.json" or p.name.endswith(".wids.json") or p.suffix == ".tar")}
 
 
 def prepare(case: BadInput, pristine: Path, scratch: Path) -> Case:
@@ -245,11 +268,12 @@ def test_bad_input_is_one_clear_error(case: BadInput, pristine: Path, scratch: P
         for name in case.names:
             assert name in lines[0], f"{name!r} not in:\n{lines[0]}"
         assert "NOT exportable" in stdout
+    before = published(bad.out)  # a user's own (bad) manifest.json stays as it was
     rc, stdout, err = run_cli(["export", str(bad.store), str(bad.out), "--quiet", "--workers", "1", *bad.options],
                               capsys)
     assert rc == 2, stdout + err
     check_one_error(err, "export", case.names)
-    assert published(bad.out) == []
+    assert published(bad.out) == before
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.id in ("--config is binary", "text column not UTF-8")],
@@ -262,7 +286,7 @@ def test_bad_input_in_a_real_process_with_workers(case: BadInput, pristine: Path
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     check_one_error(done.stderr, "export", case.names)
-    assert published(bad.out) == []
+    assert published(bad.out) == {}
 
 
 def tree_bytes(out: Path) -> dict[str, str]:
@@ -280,7 +304,7 @@ def test_disk_full_then_rerun_after_freeing_space_is_byte_identical(
     rc, _, err = run_cli(["export", str(pristine), str(fs / "out"), *argv], capsys)
     assert rc == 2
     check_one_error(err, "export", ("disk full while writing into output folder", f"delete {fs / 'out'}/.robowds-work"))
-    assert published(fs / "out") == []
+    assert published(fs / "out") == {}
     subprocess.run(["mount", "-o", "remount,size=64m", str(fs)], check=True)  # space freed
     assert run_cli(["export", str(pristine), str(fs / "out"), *argv], capsys)[0] == 0
     assert run_cli(["export", str(pristine), str(tmp_path / "ref"), *argv], capsys)[0] == 0
@@ -298,3 +322,13 @@ def test_failed_export_says_how_to_remove_its_work_folder(pristine: Path, scratc
     assert work.is_dir()
     check_one_error(err, "export", (f"the unfinished export in {work} (", "is resumed by re-running the same command",
                                     "delete that folder to start over"))
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_binary_manifest_is_one_error_for_verify_and_inspect(command: str, pristine: Path, scratch: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    bad = prepare(CASES[[c.id for c in CASES].index("OUT has a binary manifest.json")], pristine, scratch)
+    rc, _, err = run_cli([command, str(bad.out)], capsys)
+    assert rc == 2
+    check_one_error(err, command, (f"{bad.out / 'manifest.json'} is not a robowds manifest", "byte 0x89",
+                                   "export again into a new folder"))

@@ -270,9 +270,12 @@ def test_exponent_numbers_in_the_config_file_are_numbers(tmp_path: Path) -> None
     assert config["fps"] == 20.0 and config["streams"]["joints"]["max_gap_s"] == 0.05
 
 
-def test_an_exponent_makes_a_float_and_words_stay_strings() -> None:
-    with pytest.raises(UserError, match=r"config seed must be an integer >= 0, got 1000.0"):
-        load_config(None, ["seed=1e3"])  # as in YAML 1.2 and JSON
+def test_an_exponent_makes_a_float_whole_ones_count_as_integers_and_words_stay_strings() -> None:
+    config = load_config(None, ["seed=1e3", "shard.max_bytes=2.56e8"])
+    assert config["seed"] == 1000 and config["shard"]["max_bytes"] == 256_000_000
+    assert type(config["seed"]) is int and config == load_config(None, ["seed=1000", "shard.max_bytes=256000000"])
+    with pytest.raises(UserError, match=r"config seed must be an integer >= 0, got 1.5"):
+        load_config(None, ["seed=1.5e0"])
     with pytest.raises(UserError, match=r"config fps must be a positive number, got 'e5'"):
         load_config(None, ["fps=e5"])
     assert load_config(None, ["splits.val=1e-1"])["splits"] == {"train": "rest", "val": 0.1}
