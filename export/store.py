@@ -235,7 +235,8 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
         return bad("names must be a list of strings")
     units = decl.get("units")
     max_gap = decl.get("max_gap_s")
-    if max_gap is not None and not (isinstance(max_gap, (int, float)) and max_gap > 0):
+    if max_gap is not None and not (isinstance(max_gap, (int, float)) and not isinstance(max_gap, bool)
+                                    and 0 < max_gap < float("inf")):
         return bad(f"max_gap_s must be a positive number, got {max_gap!r}")
     fps = decl.get("fps")
     if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and 0 < fps < float("inf")):

@@ -73,6 +73,11 @@ def _fps_word(store: Path, out: Path, scratch: Path) -> Case:
     return Case(store, out)
 
 
+def _max_gap_infinite(store: Path, out: Path, scratch: Path) -> Case:
+    edit_yaml(store, lambda doc: doc["fields"]["joints"].update(max_gap_s=float("inf")))
+    return Case(store, out)
+
+
 def _invalid_utf8(column: str, row: int, raw: bytes) -> Callable[[Path, Path, Path], Case]:
     """A string column with bytes that are not UTF-8 (pyarrow writes them unchecked through a view)."""
     table = {"task": "text.parquet", "episode_id": "text.parquet"}[column]
@@ -162,6 +167,8 @@ CASES: list[BadInput] = [
     BadInput("store.yaml clock is a list", _clock_list, ("store.yaml: clock must be a field name",), validate=True),
     BadInput("store.yaml fps is a word", _fps_word, ("field 'joints'", "fps must be a positive number, got 'fast'"),
              validate=True),
+    BadInput("store.yaml max_gap_s is infinite", _max_gap_infinite,
+             ("field 'joints'", "max_gap_s must be a positive number, got inf"), validate=True),
     BadInput("text column not UTF-8", _invalid_utf8("task", 0, b"pick \xff\xfe up"),
              (f"episode {EP!r}", "field 'task'", "not valid UTF-8", "byte 5"), validate=True),
     BadInput("episode id not UTF-8", _invalid_utf8("episode_id", 2, b"ep_\xc3\x28"),
