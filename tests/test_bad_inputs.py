@@ -63,6 +63,12 @@ def _yaml_not_text(store: Path, out: Path, scratch: Path) -> Case:
     return Case(store, out)
 
 
+def _yaml_folder(store: Path, out: Path, scratch: Path) -> Case:
+    (store / "store.yaml").unlink()
+    (store / "store.yaml").mkdir()
+    return Case(store, out)
+
+
 def _clock_list(store: Path, out: Path, scratch: Path) -> Case:
     edit_yaml(store, lambda doc: doc.update(clock=["joints"]))
     return Case(store, out)
@@ -164,6 +170,7 @@ CASES: list[BadInput] = [
              ("store.yaml: fields must be a mapping", "got a list"), validate=True),
     BadInput("store.yaml is not text", _yaml_not_text, ("store.yaml is not a YAML text file", "byte 0"),
              validate=True),
+    BadInput("store.yaml is a folder", _yaml_folder, ("store.yaml cannot be read: Is a directory",), validate=True),
     BadInput("store.yaml clock is a list", _clock_list, ("store.yaml: clock must be a field name",), validate=True),
     BadInput("store.yaml fps is a word", _fps_word, ("field 'joints'", "fps must be a positive number, got 'fast'"),
              validate=True),
@@ -339,3 +346,14 @@ def test_binary_manifest_is_one_error_for_verify_and_inspect(command: str, prist
     assert rc == 2
     check_one_error(err, command, (f"{bad.out / 'manifest.json'} is not a robowds manifest", "byte 0x89",
                                    "export again into a new folder"))
+
+
+def test_any_other_os_error_on_a_user_path_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI's last resort: an OSError no command turned into its own message (here matplotlib
+    writing `--png` into a folder that does not exist) is still one message, not a traceback."""
+    from exports import export_synthetic
+    out = export_synthetic(tmp_path, 2, 0)
+    png = tmp_path / "no" / "such" / "folder" / "w.png"
+    rc, stdout, err = run_cli(["inspect", str(out), "--png", str(png)], capsys)
+    assert rc == 2
+    check_one_error(err, "inspect", (f"{png} does not exist (No such file or directory)", "fix: check the path"))
