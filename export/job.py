@@ -135,7 +135,7 @@ def _declared_splits(schema: StoreSchema) -> dict[str, str]:
     data = pq.read_table(schema.root / table, columns=["episode_id", "split"])
     try:
         cols = data.to_pydict()
-    except UnicodeDecodeError as exc:  # the ids were checked by open_store: the split column is
+    except UnicodeDecodeError as exc:  # open_store checked the ids, so it is the split column
         row = invalid_utf8_row(data.column("split"))
         raise UserError(f"table {table}: split of row {row} is not valid UTF-8 text",
                         hint="write the split column as UTF-8 strings") from exc

@@ -38,6 +38,8 @@ def _file_in_the_way(path: Path) -> Path | None:
 def os_error(exc: OSError, command: str, out: Path | None = None, work: Path | None = None) -> UserError:
     """The `UserError` for `exc`, raised while `command` ran (with `out`: while writing into OUT)."""
     path = Path(exc.filename) if isinstance(exc.filename, (str, Path)) else None
+    if out is not None and path is not None and not path.resolve().is_relative_to(out.resolve()):
+        out = work = None  # not the output: a store file that went away or cannot be read
     reason = exc.strerror or str(exc)
     code = exc.errno
     if out is not None:

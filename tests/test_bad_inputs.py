@@ -357,3 +357,21 @@ def test_any_other_os_error_on_a_user_path_is_one_error(tmp_path: Path, capsys: 
     rc, stdout, err = run_cli(["inspect", str(out), "--png", str(png)], capsys)
     assert rc == 2
     check_one_error(err, "inspect", (f"{png} does not exist (No such file or directory)", "fix: check the path"))
+
+
+@pytest.mark.parametrize("code, filename, expected", [
+    (13, "{out}/.robowds-work/ep-000001.bin", "no permission to write output folder {out} "
+                                              "({out}/.robowds-work/ep-000001.bin: Permission denied)"),
+    (2, "{store}/text.parquet", "{store}/text.parquet does not exist (No such file or directory)"),
+    (28, None, "disk full while writing into output folder {out} (No space left on device)"),
+], ids=["EACCES in OUT", "ENOENT in the store", "ENOSPC without a path"])
+def test_os_errors_name_the_right_folder(code: int, filename: str | None, expected: str, tmp_path: Path) -> None:
+    """Mapping of the errors root cannot provoke here (root may write anywhere): an error on a store
+    file during the export is not blamed on the output folder."""
+    from export.oserrors import os_error
+    out, store = tmp_path / "out", tmp_path / "store"
+    names = {"out": out, "store": store}
+    exc = OSError(code, os.strerror(code), *([filename.format(**names)] if filename else []))
+    error = os_error(exc, "export", out, out / ".robowds-work")
+    assert error.message == expected.format(**names)
+    assert error.hint
