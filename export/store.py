@@ -283,6 +283,12 @@ def open_store(root: Path) -> StoreSchema:
         except (pa.ArrowException, OSError) as exc:
             problems.append(Problem("error", f"table {name} cannot be read as Parquet: {exc}"))
             continue
+        if ids_table.column("episode_id").null_count:  # str(None) would make an episode called 'None'
+            row = ids_table.column("episode_id").to_pylist().index(None)
+            problems.append(Problem("error", f"table {name}: episode_id of row {row} is null",
+                                    hint="give every row an episode id"))
+            unread |= set(schema.names)
+            continue
         try:
             ids = [str(v) for v in ids_table.column("episode_id").to_pylist()]
         except UnicodeDecodeError:

@@ -99,6 +99,13 @@ def _invalid_utf8(column: str, row: int, raw: bytes) -> Callable[[Path, Path, Pa
     return make
 
 
+def _null_episode_id(store: Path, out: Path, scratch: Path) -> Case:
+    def change(t: pa.Table) -> pa.Table:
+        return t.set_column(0, "episode_id", pa.array([None, *t.column("episode_id").to_pylist()[1:]], pa.string()))
+    rewrite_table(store, "text.parquet", change)
+    return Case(store, out)
+
+
 def _text_like_a_path(store: Path, out: Path, scratch: Path) -> Case:
     """A text column whose first value ends in .png is read as image paths unless declared text."""
     edit_yaml(store, lambda doc: doc["fields"].pop("task"))
@@ -184,6 +191,8 @@ CASES: list[BadInput] = [
              (f"episode {EP!r}", "field 'task'", "'draw the logo.png'", "declare `kind: text`"), validate=True),
     BadInput("start_s is text", _extent_as_text,
              ("reserved column start_s in table text.parquet must hold seconds (float64), not string",), validate=True),
+    BadInput("episode id is null", _null_episode_id, ("table text.parquet: episode_id of row 0 is null",),
+             validate=True),
     BadInput("split is a number", _split_as_number,
              ("reserved column split in table text.parquet must hold split names (string), not int64",),
              validate=True),
