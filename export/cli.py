@@ -42,7 +42,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from export.job import run_export
 
     if args.workers < 1:
-        raise UserError("--workers must be >= 1")
+        raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
     config = load_config(args.config, _export_overrides(args))
     summary = run_export(args.store, args.out, config, workers=args.workers, overwrite=args.overwrite,
                          progress=not args.quiet)
@@ -74,6 +74,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from export.verify import verify_export
 
+    if args.check_windows < 0:
+        raise UserError(f"--check-windows must be >= 0, got {args.check_windows}",
+                        hint="how many windows to recompute from the store, e.g. --check-windows 32")
+    if args.store is not None and not args.store.is_dir():
+        raise UserError(f"store {args.store} is not a folder", hint="pass the store the export was made from")
     result = verify_export(args.out, store=args.store, check_windows=args.check_windows, seed=args.seed,
                            progress=not args.quiet)
     print(result.render())
@@ -96,6 +101,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from export.demo import run_demo
 
+    if args.episodes < 1 or args.workers < 1:
+        raise UserError(f"--episodes and --workers must be >= 1, got {args.episodes} and {args.workers}",
+                        hint="e.g. robowds demo --episodes 24 --workers 2")
     return run_demo(args.dir, episodes=args.episodes, workers=args.workers)
 
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from export.config import load_config
+from export.errors import UserError
 from export.job import run_export
 from export.synth import write_synthetic_store
 from export.validate import validate_store
@@ -17,6 +18,10 @@ def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:
     base = Path(base)
     store, out = base / "store", base / "out"
     if base.exists():
+        # only a previous demo's folder is replaced: `--dir ~` must never delete a home folder
+        if not base.is_dir() or not {p.name for p in base.iterdir()} <= {"store", "out"}:
+            raise UserError(f"demo folder {base} exists and holds more than a previous demo (store/, out/)",
+                            hint="pass --dir with a new folder, or a folder a previous demo wrote")
         shutil.rmtree(base)
     print(f"1/5 synth: {episodes} episodes -> {store}")
     write_synthetic_store(store, episodes=episodes, seed=0)

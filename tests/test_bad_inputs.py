@@ -384,3 +384,30 @@ def test_os_errors_name_the_right_folder(code: int, filename: str | None, expect
     error = os_error(exc, "export", out, out / ".robowds-work")
     assert error.message == expected.format(**names)
     assert error.hint
+
+
+def test_demo_never_deletes_a_folder_it_did_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`robowds demo --dir D` used to `rmtree(D)` whatever D held (`--dir ~` would take the home folder)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    rc, _, err = run_cli(["demo", "--dir", str(mine), "--episodes", "1"], capsys)
+    assert rc == 2
+    check_one_error(err, "demo", (f"demo folder {mine} exists and holds more than a previous demo",))
+    assert (mine / "thesis.tex").read_text() == "years of work"
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["verify", "{out}", "--store", "{tmp}/nope"], ("store {tmp}/nope is not a folder",)),
+    (["verify", "{out}", "--store", "{tmp}/store", "--check-windows", "-1"], ("--check-windows must be >= 0, got -1",)),
+    (["demo", "--dir", "{tmp}/demo", "--episodes", "0"], ("--episodes and --workers must be >= 1, got 0 and 2",)),
+    (["export", "{tmp}/store", "{tmp}/o", "--workers", "0"], ("--workers must be >= 1, got 0",)),
+], ids=["verify --store missing", "verify --check-windows -1", "demo --episodes 0", "export --workers 0"])
+def test_bad_command_line_numbers_and_paths(argv: list[str], names: tuple[str, ...], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from exports import export_synthetic
+    out = export_synthetic(tmp_path, 2, 0)
+    fill = {"out": out, "tmp": tmp_path}
+    rc, _, err = run_cli([a.format(**fill) for a in argv], capsys)
+    assert rc == 2
+    check_one_error(err, argv[0], tuple(n.format(**fill) for n in names))
