@@ -36,9 +36,14 @@ def load_window(out: Path, split: str, key: str | None, index: int | None) -> tu
             start, stop = shard.sample_span(i)
             if index is not None and seen + i != index:
                 continue
-            found, members = read_sample(memoryview(data)[start:stop], shard.path, start)
-            if key is None or found == key:
-                return manifest, decode_sample(found, members)
+            try:
+                found, members = read_sample(memoryview(data)[start:stop], f"shard {shard.path}", start)
+                if key is None or found == key:
+                    return manifest, decode_sample(found, members)
+            except ValueError as exc:  # ShardFormatError too: a damaged shard, named once with its byte
+                text = str(exc) if str(exc).startswith("shard ") else f"shard {shard.path}: byte {start}: {exc}"
+                raise UserError(text, hint=f"`robowds verify {out}` checks every shard; export again to repair "
+                                           "it") from exc
         seen += shard.samples
     what = f"key {key!r}" if key is not None else f"index {index}"
     raise UserError(f"no sample with {what} in split {split!r} ({seen} samples)",

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from export.errors import UserError
 from export.resample import METHODS, QUAT_ORDERS
 from export.yamlio import YamlError, load_file
@@ -169,7 +170,8 @@ def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, d
                                 hint=f"make {path} a readable YAML file, or remove it"))
         return {}, None
     if not isinstance(doc, dict):
-        problems.append(Problem("error", f"{STORE_YAML} must be a mapping", hint="see the README, section store.yaml"))
+        problems.append(Problem("error", f"{STORE_YAML} must be a mapping",
+                                hint="see the README, section store.yaml"))
         return {}, None
     unknown = set(doc) - {"version", "clock", "fields"}
     if unknown:
@@ -239,7 +241,8 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
                                     and 0 < max_gap < float("inf")):
         return bad(f"max_gap_s must be a positive number, got {max_gap!r}")
     fps = decl.get("fps")
-    if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and 0 < fps < float("inf")):
+    if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool)
+                                and 0 < fps < float("inf")):
         return bad(f"fps must be a positive number, got {fps!r}",
                    hint="frames per second of its video files, e.g. fps: 30")
     return FieldSpec(spec.name, spec.table, kind, spec.arrow_type,

@@ -411,3 +411,19 @@ def test_bad_command_line_numbers_and_paths(argv: list[str], names: tuple[str, .
     rc, _, err = run_cli([a.format(**fill) for a in argv], capsys)
     assert rc == 2
     check_one_error(err, argv[0], tuple(n.format(**fill) for n in names))
+
+
+def test_inspect_of_a_damaged_shard_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from exports import export_synthetic
+    out = export_synthetic(tmp_path, 2, 0)
+    shard = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"][0]
+    data = bytearray((out / shard["path"]).read_bytes())
+    at = shard["offsets"][3]
+    data[at + 100] ^= 0xFF  # inside the tar header of the sample's first member: its checksum fails
+    (out / shard["path"]).write_bytes(bytes(data))
+    rc, _, err = run_cli(["inspect", str(out), "--index", "3"], capsys)
+    assert rc == 2
+    check_one_error(err, "inspect", (f"shard {shard['path']}: bad tar header at byte {at}: checksum mismatch",
+                                     f"robowds verify {out}"))
+    assert err.count(shard["path"]) == 1
