@@ -25,10 +25,13 @@ def load_window(out: Path, split: str, key: str | None, index: int | None) -> tu
     try:
         manifest = parse_manifest(path.read_bytes(), str(path))
         shards = shards_of(manifest, split)
-    except (ManifestError, ValueError) as exc:  # ValueError: bytes that are not UTF-8 text
-        reason = str(exc) if isinstance(exc, ManifestError) else f"{path} is not a robowds manifest: {exc}"
-        raise UserError(reason, hint="pass the output folder of a finished robowds export (if its manifest is "
-                                     "damaged, export again into a new folder)") from exc
+    except ManifestError as exc:
+        raise UserError(str(exc), hint="the manifest is not as robowds wrote it (edited or damaged): "
+                        "export again into a new folder") from exc
+    except ValueError as exc:  # bytes that are not UTF-8 text
+        raise UserError(f"{path} is not a robowds manifest: {exc}",
+                        hint="pass the output folder of a finished robowds export (if its manifest is "
+                             "damaged, export again into a new folder)") from exc
     seen = 0
     for shard in shards:
         data = (Path(out) / shard.path).read_bytes()

@@ -173,10 +173,13 @@ def verify_export(out: Path, store: Path | None = None, check_windows: int = 32,
         raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
     try:
         manifest = parse_manifest(manifest_path.read_bytes(), str(manifest_path))
-    except (ManifestError, ValueError) as exc:  # ValueError: bytes that are not UTF-8 text
-        reason = str(exc) if isinstance(exc, ManifestError) else f"{manifest_path} is not a robowds manifest: {exc}"
-        raise UserError(reason, hint="the manifest is not as robowds wrote it (edited or damaged): pass the output "
-                                     "folder of a finished robowds export, or export again into a new folder") from exc
+    except ManifestError as exc:
+        raise UserError(str(exc), hint="the manifest is not as robowds wrote it (edited or damaged): "
+                        "export again into a new folder") from exc
+    except ValueError as exc:  # bytes that are not UTF-8 text
+        raise UserError(f"{manifest_path} is not a robowds manifest: {exc}",
+                        hint="pass the output folder of a finished robowds export (if its manifest is "
+                             "damaged, export again into a new folder)") from exc
     result = VerifyResult()
     keys: set[str] = set()
     jobs = [(split, shard) for split in sorted(manifest["splits"]) for shard in shards_of(manifest, split)]

@@ -151,7 +151,8 @@ def test_malformed_manifest_in_the_cli(exported: Path, tmp_path: Path, capsys: p
     assert err == (f"robowds verify: error: {manifest}: {message}\n  fix: the manifest is not as robowds wrote it "
                    "(edited or damaged): export again into a new folder\n")
     assert main(["inspect", str(out)]) == 2
-    assert capsys.readouterr().err == f"robowds inspect: error: {manifest}: {message}\n"
+    assert capsys.readouterr().err == (f"robowds inspect: error: {manifest}: {message}\n  fix: the manifest is not as "
+                                       "robowds wrote it (edited or damaged): export again into a new folder\n")
 
 
 def test_export_over_a_malformed_manifest_is_refused(exported: Path, tmp_path: Path,

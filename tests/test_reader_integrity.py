@@ -146,8 +146,8 @@ def test_a_learned_layout_does_not_let_a_renamed_member_through() -> None:
     renamed = encode_sample("k2", {"joints.npy": encode_npy(np.zeros((10, 7), np.float32)), "tusk.txt": b"pick"})
     assert len(renamed) == len(good[0])
     for blob in good:
-        assert decoder.decode(blob, 0, len(blob), "s.tar", 0)["task"] == "pick"
+        assert decoder.decode(blob, 0, len(blob), "shard s.tar", 0)["task"] == "pick"
     assert decoder.matched == 1  # the second sample came through the learned layout
     with pytest.raises(ShardFormatError, match=r"^shard s.tar: byte 0: sample 'k2': members do not match the manifest "
                                                r"schema: missing \['task.txt'\], unexpected \['tusk.txt'\]$"):
-        decoder.decode(renamed, 0, len(renamed), "s.tar", 0)
+        decoder.decode(renamed, 0, len(renamed), "shard s.tar", 0)

@@ -42,13 +42,14 @@ def readme_blocks(lang: str) -> list[tuple[int, str, str | None]]:
             for m in FENCE.finditer(text) if m.group("lang") == lang]
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-            "TMPDIR": str(tmp)}
+def _env() -> dict[str, str]:
+    # TMPDIR stays the system's: DataLoader workers put AF_UNIX sockets there, and a pytest tmp_path
+    # under xdist is too long for a socket path (108 bytes)
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
 def _run(cmd: list[str] | str, cwd: Path, shell: bool = False, timeout: int = 240) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(cwd), shell=shell, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), shell=shell, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{cmd}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
 
 

@@ -144,10 +144,11 @@ def test_episode_larger_than_the_free_disk_stops_the_export(tmp_path: Path, caps
     out = tmp_path / "out"
     monkeypatch.setattr("export.job.shutil.disk_usage", lambda path: Usage(10**9, 10**9 - 50_000, 50_000))
     err = _refused(main(_export(store, out, "on_bad_episode=skip")), capsys, out)
-    assert err == ("robowds export: error: episode 'ep0': would write 200 windows of at least 3.1 KB each = "
-                   "614.4 KB, but the output disk has 50.0 KB free\n  fix: free disk space and re-run the same "
-                   "command, or choose an output folder on a larger disk; or lower fps, raise stride, or shorten "
-                   "rate_hz / duration_s in the export config\n")
+    assert err.startswith("robowds export: error: episode 'ep0': would write 200 windows of at least 3.1 KB each = "
+                          "614.4 KB, but the output disk has 50.0 KB free\n  fix: free disk space and re-run the same "
+                          "command, or choose an output folder on a larger disk; or lower fps, raise stride, or "
+                          "shorten rate_hz / duration_s in the export config; the unfinished export in ")
+    assert err.count("\n") == 2 and "is resumed by re-running the same command" in err
     monkeypatch.undo()
     assert main(_export(store, out, "on_bad_episode=skip")) == 0
     assert json.loads((out / "manifest.json").read_text())["report"]["episodes"]["exported"] == 2
