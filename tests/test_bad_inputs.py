@@ -168,6 +168,36 @@ def _out_read_only(store: Path, out: Path, scratch: Path) -> Case:
     return Case(store, scratch / "fs" / "out")
 
 
+def _series_as_json_text(store: Path, out: Path, scratch: Path) -> Case:
+    """joints (names declared) written as JSON strings: a common pandas accident."""
+    import json as _json
+    rewrite_table(store, "trajectories.parquet", lambda t: t.set_column(
+        t.schema.get_field_index("joints"), "joints",
+        pa.array([_json.dumps(v) for v in t.column("joints").to_pylist()], pa.string())))
+    return Case(store, out)
+
+
+def _too_few_names(store: Path, out: Path, scratch: Path) -> Case:
+    edit_yaml(store, lambda doc: doc["fields"]["joints"].update(names=["a", "b", "c"]))
+    return Case(store, out)
+
+
+def _corrupt_png(store: Path, out: Path, scratch: Path) -> Case:
+    png = store / "media" / "overview" / "ep_0000.png"
+    png.write_bytes(png.read_bytes()[:60])  # PNG signature intact, data gone
+    return Case(store, out)
+
+
+def _end_far_away(store: Path, out: Path, scratch: Path) -> Case:
+    rewrite_table(store, "text.parquet", lambda t: t.append_column(
+        "end_s", pa.array([1e7] + [None] * (len(t) - 1), pa.float64())))
+    return Case(store, out)
+
+
+def _huge_fps(store: Path, out: Path, scratch: Path) -> Case:
+    return Case(store, out, ["--set", "fps=1e5"])
+
+
 # Each episode's planned size (~1.4 MB at most, a lower bound) fits, so export's free-space check before
 # an episode lets it start; the whole export (~4 MB staged) does not: the disk fills while writing.
 DISK_FULL_SIZE = "2m"
@@ -217,8 +247,18 @@ CASES: list[BadInput] = [
     BadInput("OUT disk is full", _out_disk_full, ("disk", "free", ".robowds-work"),
              needs="tmpfs"),
 ]
-# Cases of other items (JSON-string time series, names vs columns, undecodable images, implausible
-# extents and rates, int64 ns read as seconds, huge fps/rate_hz) are appended here as they land.
+# Cases of the other items of issue 10 (each also has its own test file with exact messages)
+CASES += [
+    BadInput("time series stored as JSON text", _series_as_json_text,
+             ("field 'joints'", "which only a time series has", "not a JSON string"), validate=True),
+    BadInput("3 names for 7 columns", _too_few_names,
+             ("episode 'ep_0000', field 'joints'", "declares 3 names but has 7 value columns"), validate=True),
+    BadInput("PNG that does not decode", _corrupt_png,
+             ("episode 'ep_0000', field 'overview'", "media/overview/ep_0000.png", "cannot be decoded"),
+             validate=True),
+    BadInput("end_s far beyond the data", _end_far_away, ("episode 'ep_0000'", "1e+07 s", "end_s"), validate=True),
+    BadInput("fps 1e5", _huge_fps, ("fps",)),
+]
 
 
 # ------------------------------------------------------------------------------------------ harness
