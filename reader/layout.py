@@ -203,7 +203,7 @@ class SampleDecoder:
         key, members = read_sample(memoryview(buf)[start:stop], where, base)
         problem = self.members.problem(members) if self.members is not None else None
         if problem is not None:
-            raise ShardFormatError(f"shard {where}: byte {base}: sample {key!r}: {problem}")
+            raise ShardFormatError(f"{where}: byte {base}: sample {key!r}: {problem}")
         sample = decode_sample(key, members)
         self._learn(buf, start, stop, layout)
         return sample
