@@ -12,26 +12,20 @@ from typing import Any
 import numpy as np
 
 from export.errors import UserError
+from export.publish import load_finished_manifest
 from reader.decode import decode_sample
 from reader.format import read_sample
-from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest, shards_of
+from reader.manifest import ManifestError, shards_of
 
 
 def load_window(out: Path, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(manifest, decoded sample) for a key, or for the index-th sample of the split in shard order."""
-    path = Path(out) / MANIFEST_NAME
-    if not path.is_file():
-        raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
+    manifest = load_finished_manifest(Path(out))
     try:
-        manifest = parse_manifest(path.read_bytes(), str(path))
         shards = shards_of(manifest, split)
     except ManifestError as exc:
         raise UserError(str(exc), hint="the manifest is not as robowds wrote it (edited or damaged): "
                         "export again into a new folder") from exc
-    except ValueError as exc:  # bytes that are not UTF-8 text
-        raise UserError(f"{path} is not a robowds manifest: {exc}",
-                        hint="pass the output folder of a finished robowds export (if its manifest is "
-                             "damaged, export again into a new folder)") from exc
     seen = 0
     for shard in shards:
         data = (Path(out) / shard.path).read_bytes()

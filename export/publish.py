@@ -45,6 +45,23 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
                         ) from exc
 
 
+def load_finished_manifest(out: Path) -> dict[str, Any]:
+    """The manifest of a finished export in `out`, for the commands that read one (verify, inspect):
+    a missing, damaged or foreign manifest is one UserError with the fix."""
+    path = Path(out) / MANIFEST_NAME
+    if not path.is_file():
+        raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
+    try:
+        return parse_manifest(path.read_bytes(), str(path))
+    except ManifestError as exc:
+        raise UserError(str(exc), hint="the manifest is not as robowds wrote it (edited or damaged): "
+                        "export again into a new folder") from exc
+    except ValueError as exc:  # bytes that are not UTF-8 text
+        raise UserError(f"{path} is not a robowds manifest: {exc}",
+                        hint="pass the output folder of a finished robowds export (if its manifest is "
+                             "damaged, export again into a new folder)") from exc
+
+
 def owned_files(manifest: dict[str, Any]) -> list[str]:
     """The files (POSIX paths relative to OUT) a finished export wrote: manifest, wids indexes, shards.
 

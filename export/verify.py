@@ -18,9 +18,9 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from export.errors import UserError
+from export.publish import load_finished_manifest
 from reader.format import ShardFormatError, decode_npy, group_samples, iter_members
-from reader.manifest import MANIFEST_NAME, ManifestError, ShardInfo, parse_manifest, shards_of
+from reader.manifest import ShardInfo, shards_of
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
 
@@ -168,18 +168,7 @@ def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any
 def verify_export(out: Path, store: Path | None = None, check_windows: int = 32, seed: int = 0,
                   progress: bool = True) -> VerifyResult:
     out = Path(out)
-    manifest_path = out / MANIFEST_NAME
-    if not manifest_path.is_file():
-        raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
-    try:
-        manifest = parse_manifest(manifest_path.read_bytes(), str(manifest_path))
-    except ManifestError as exc:
-        raise UserError(str(exc), hint="the manifest is not as robowds wrote it (edited or damaged): "
-                        "export again into a new folder") from exc
-    except ValueError as exc:  # bytes that are not UTF-8 text
-        raise UserError(f"{manifest_path} is not a robowds manifest: {exc}",
-                        hint="pass the output folder of a finished robowds export (if its manifest is "
-                             "damaged, export again into a new folder)") from exc
+    manifest = load_finished_manifest(out)
     result = VerifyResult()
     keys: set[str] = set()
     jobs = [(split, shard) for split in sorted(manifest["splits"]) for shard in shards_of(manifest, split)]
