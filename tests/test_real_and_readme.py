@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -14,9 +15,9 @@ import pytest
 from export.cli import main
 from reader.format import decode_npy, group_samples, iter_members
 from reader.manifest import parse_manifest, shards_of
+from realdata import G1, G1_EPISODES, G1_LENGTHS, REAL_DATA, g1, g1_parquet, real_path
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT.parent / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
 
 
 def read_samples(out: Path, split: str = "train") -> dict[str, dict[str, bytes]]:
@@ -50,13 +51,13 @@ def test_readme_example_store_exports(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not decode_npy(last["joints.npy"])[1:].any()  # zero padding
 
 
-def lerobot_to_store(src: Path, dst: Path) -> list[np.ndarray]:
+def lerobot_to_store(paths: list[Path], dst: Path) -> list[np.ndarray]:
     """A small test-side adapter (the real converter comes later): LeRobot v2.1 parquet -> store.
 
     Times: frame_index / fps in float64 (the float32 `timestamp` column is rounded)."""
-    fps = json.loads((src / "meta" / "info.json").read_text())["fps"]
+    fps = json.loads(g1("meta", "info.json").read_text())["fps"]
     rows, states = [], []
-    for path in sorted((src / "data" / "chunk-000").glob("episode_*.parquet")):
+    for path in paths:
         table = pq.read_table(path)
         t = table.column("frame_index").to_numpy() / fps  # [T]
         state = np.stack(table.column("observation.state").to_numpy(zero_copy_only=False)).astype(np.float64)
@@ -70,10 +71,9 @@ def lerobot_to_store(src: Path, dst: Path) -> list[np.ndarray]:
 
 
 def test_real_lerobot_data_exports_exactly(tmp_path: Path) -> None:
-    if not REAL.is_dir():
-        pytest.skip("shared real data not present")
     store, out = tmp_path / "g1", tmp_path / "out"
-    states = lerobot_to_store(REAL, store)
+    paths = [g1_parquet(e) for e in G1_EPISODES]
+    states = lerobot_to_store(paths, store)
     assert main(["validate", str(store)]) == 0
     # 30 Hz grid, 1 s of state history + 1 s of future actions, stride 5
     assert main(["export", str(store), str(out), "--quiet", "--fps", "30", "--stride", "5",
@@ -82,10 +82,12 @@ def test_real_lerobot_data_exports_exactly(tmp_path: Path) -> None:
     assert main(["verify", str(out), "--store", str(store), "--check-windows", "64", "--quiet"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     lengths = [len(s) for s in states]
-    assert manifest["report"]["windows"]["emitted"] == sum(-(-n // 5) for n in lengths)
+    assert lengths == [G1_LENGTHS[e] for e in G1_EPISODES] == [393, 343]
+    assert manifest["report"]["windows"]["emitted"] == sum(-(-n // 5) for n in lengths) == 79 + 69
     samples = read_samples(out)
-    by_episode = {p.stem: s for p, s in zip(sorted((REAL / "data" / "chunk-000").glob("*.parquet")), states)}
-    for key, sample in list(samples.items())[:200]:
+    assert sorted(samples) == [f"{e}_{a:06d}" for e, n in zip(G1_EPISODES, lengths) for a in range(0, n, 5)]
+    by_episode = {p.stem: s for p, s in zip(paths, states)}
+    for key, sample in samples.items():  # every window of both episodes
         episode, anchor = key.rsplit("_", 1)
         anchor = int(anchor)
         state = decode_npy(sample["state.npy"])  # [30, 26]: frames anchor-30 .. anchor-1
@@ -96,3 +98,30 @@ def test_real_lerobot_data_exports_exactly(tmp_path: Path) -> None:
         # grid times hit the recorded frames exactly: values are the float32 recordings, bit for bit
         np.testing.assert_array_equal(state[real], by_episode[episode][frames[real]].astype(np.float32))
         assert not state[~real].any()
+
+
+def test_vendored_real_data_is_the_upstream_bytes_and_nothing_else() -> None:
+    """Every copied file is present with the bytes its SHA256SUMS records (no LFS pointer, no end-of-line
+    conversion), and the folder holds nothing unlisted beyond its provenance."""
+    listed = dict(line.split("  ", 1)[::-1] for line in g1("SHA256SUMS").read_text().splitlines())  # path -> sha256
+    assert len(listed) == 8 and "LICENSE" in listed
+    for name, digest in listed.items():
+        assert hashlib.sha256(g1(name).read_bytes()).hexdigest() == digest, name
+    present = {p.relative_to(g1()).as_posix() for p in g1().rglob("*") if p.is_file()}
+    assert present == set(listed) | {"SHA256SUMS", "PROVENANCE.md"}
+    assert set(listed) >= {f"data/chunk-000/{e}.parquet" for e in G1_EPISODES}
+    assert (REAL_DATA.parent / "README.md").is_file() and G1 in (REAL_DATA.parent / "README.md").read_text()
+
+
+def test_a_missing_vendored_file_fails_the_test_rather_than_skipping_it() -> None:
+    with pytest.raises(pytest.fail.Exception, match=r"vendored real data missing: .*episode_000099\.mp4"):
+        real_path(G1, "videos", "episode_000099.mp4")
+
+
+def test_no_test_reads_real_data_outside_the_vendored_copy() -> None:
+    """A test that builds a path into ../shared would skip (or fail) in a clean clone: all real data goes
+    through tests/realdata.py."""
+    pattern = re.compile(r"""["']shared["']\s*/|shared[/]data[/]real""")  # written so as not to match itself
+    offenders = [f"{path.name}:{n}" for path in sorted((ROOT / "tests").glob("*.py"))
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offenders == []

@@ -17,6 +17,7 @@ import pytest
 from export.cli import main
 from export.extent import ExtentError, episode_extent, in_segment, segment_frames, segment_span
 from export.validate import validate_store
+from realdata import G1_EPISODES, g1_parquet, g1_video
 from videos import gradient_frames, write_frames
 
 VIDEO_TYPE = pa.struct([("path", pa.string()), ("fps", pa.float64()), ("start_s", pa.float64()),
@@ -87,7 +88,8 @@ def test_causal_selection_never_takes_the_next_episodes_frame(tmp_path: Path) ->
     assert last["cam_mask"].tolist() == [True, False, False] and last["cam"][0, 0, 0, 0] == 90
 
 
-# --- LeRobot v3's exact float values (the Reachy2 episodes metadata in shared/data/real) ---
+# --- LeRobot v3's exact float values (copied as literals from the Reachy2 episodes metadata of the shared
+# real data; nothing here reads a file) ---
 
 LEROBOT_LENGTHS = [299, 300, 300]
 LEROBOT_FROM = [0.0, 9.966666666666667, 19.96666666666667]  # videos/observation.image/from_timestamp
@@ -253,8 +255,6 @@ def test_report_psnr_measures_real_frames_across_the_episode(tmp_path: Path) -> 
 
 # --- real data: LeRobot v2.1 per-episode files vs the same frames as one v3-style file with segments ---
 
-G1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
-
 
 def _concatenate(paths: list[Path], out: Path) -> list[int]:
     """Remux (no re-encode) the AV1 files one after the other into one mp4, as LeRobot v3 stores
@@ -285,17 +285,14 @@ def _concatenate(paths: list[Path], out: Path) -> list[int]:
 
 
 def test_real_g1_video_as_one_file_with_segments_equals_per_episode_files(tmp_path: Path) -> None:
-    if not G1.is_dir():
-        pytest.skip("shared real data not present")
-    episodes = ["episode_000001", "episode_000002"]
-    videos = [G1 / "videos" / "chunk-000" / "observation.images.cam_high" / f"{e}.mp4" for e in episodes]
-    states = [pq.read_table(G1 / "data" / "chunk-000" / f"{e}.parquet", columns=["frame_index"]).column(0).to_numpy()
-              for e in episodes]
+    episodes = list(G1_EPISODES)
+    videos = [g1_video(e) for e in episodes]
+    states = [pq.read_table(g1_parquet(e), columns=["frame_index"]).column(0).to_numpy() for e in episodes]
     stores = {"v21": tmp_path / "v21", "v30": tmp_path / "v30"}
     for store in stores.values():
         (store / "media").mkdir(parents=True)
     counts = _concatenate(videos, stores["v30"] / "media" / "all.mp4")
-    assert counts == [len(s) for s in states]  # one frame per parquet row
+    assert counts == [len(s) for s in states] == [393, 343]  # one frame per parquet row
     bounds = np.cumsum([0] + counts) / 30.0  # LeRobot: from/to = frames before / through this episode / fps
     for e, (name, video) in enumerate(zip(episodes, videos)):
         (stores["v21"] / "media" / video.name).write_bytes(video.read_bytes())

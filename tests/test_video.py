@@ -13,10 +13,8 @@ import pytest
 from export.cli import main
 from export.synth import write_synthetic_store
 from export.video import probe_video, select_frames
+from realdata import G1_LENGTHS, g1_video
 from videos import to_rgb, write_video
-
-REAL_VIDEO = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
-              / "videos" / "chunk-000" / "observation.images.cam_high" / "episode_000001.mp4")
 
 
 def test_probe_constant_and_variable_frame_rate(tmp_path: Path) -> None:
@@ -31,10 +29,8 @@ def test_probe_constant_and_variable_frame_rate(tmp_path: Path) -> None:
 
 
 def test_probe_real_av1_lerobot_video() -> None:
-    if not REAL_VIDEO.exists():
-        pytest.skip("shared real data not present")
-    info = probe_video(REAL_VIDEO)
-    assert len(info.pts) == 393 and (info.width, info.height) == (640, 480)  # parquet has 393 rows
+    info = probe_video(g1_video("episode_000001"))
+    assert len(info.pts) == G1_LENGTHS["episode_000001"] == 393 and (info.width, info.height) == (640, 480)  # parquet has 393 rows
     np.testing.assert_allclose(info.pts, np.arange(393) / 30, atol=1e-6)
 
 
@@ -169,12 +165,10 @@ def test_resize_and_unreadable_video_error(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_real_av1_video_exports_and_reads_back(tmp_path: Path) -> None:
-    if not REAL_VIDEO.exists():
-        pytest.skip("shared real data not present")
     import shutil
     store = tmp_path / "g1"
     (store / "media").mkdir(parents=True)
-    shutil.copy(REAL_VIDEO, store / "media" / "cam.mp4")
+    shutil.copy(g1_video("episode_000001"), store / "media" / "cam.mp4")
     t = np.arange(393) / 30.0
     table = pa.table({"episode_id": ["ep1"], "frame": pa.array([np.column_stack([t, np.arange(393.0)]).tolist()]),
                       "cam_high": pa.array([{"path": "media/cam.mp4", "fps": 30.0}])})

@@ -15,7 +15,7 @@ from export.cli import main
 from export.clips import encode_av1, encode_mp4, psnr
 from reader.format import group_samples, iter_members
 from reader.manifest import parse_manifest, shards_of
-from test_video import REAL_VIDEO
+from realdata import g1_video
 from videos import camera_store, decode_all, to_rgb, write_video
 
 
@@ -93,9 +93,7 @@ def test_av1_odd_and_tiny_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_av1_on_real_decoded_frames_is_deterministic_and_smaller_than_mpeg4() -> None:
-    if not REAL_VIDEO.exists():
-        pytest.skip("shared real data not present")
-    with av.open(str(REAL_VIDEO)) as container:  # 20 frames at 10 Hz, scaled to 224x224
+    with av.open(str(g1_video("episode_000001"))) as container:  # 20 frames at 10 Hz, scaled to 224x224
         frames = to_rgb((f for k, f in zip(range(60), container.decode(video=0)) if k % 3 == 0), 224, 224)
     clip = encode_av1(frames, 10.0)
     assert encode_av1(frames, 10.0) == clip  # the same frames, the same bytes
