@@ -233,6 +233,15 @@ def test_duplicate_member_is_refused() -> None:
     assert _offset_in(str(exc.value)) == 1024
 
 
+def test_read_sample_refuses_a_duplicate_member() -> None:
+    """A byte range holding 'a.x.txt' twice is not one sample: both the fast walk and the checked walk
+    must refuse it (silently keeping the last copy would hand out the wrong bytes)."""
+    first, second = encode_sample("a", {"x.txt": b"1"}), encode_sample("a", {"x.txt": b"2"})
+    with pytest.raises(ShardFormatError, match=r"member 'a\.x\.txt' does not belong to sample 'a'") as exc:
+        read_sample(first + second, where="s.tar", base=4096)
+    assert str(exc.value).startswith(f"s.tar: byte {4096 + len(first)}: ") and len(first) == 1024
+
+
 # --- .npy coding ---
 
 @pytest.mark.parametrize("array", [

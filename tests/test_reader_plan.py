@@ -70,7 +70,9 @@ def test_elastic_replans_are_exactly_once(counts: list[int], w1: int, w2: int, c
     spec = PlanSpec(base.counts, seed, True, 8, "drop", history)
     seen += [int(i) for r in range(w3) for i in rank_sequence(spec, 0, w3, r)]
     assert len(seen) == len(set(seen))
-    assert sum(counts) - len(seen) < w3 * 1 + w1 + w2  # each split may leave < world size unread
+    # earlier topologies leave their `drop` tail in the remaining order, so only the final split skips
+    # anything: fewer than w3 samples (an off-by-one in `remaining_order` loses up to w1 + w2 more)
+    assert sum(counts) - len(seen) < w3
 
 
 @given(st.integers(0, 200), st.integers(0, 50), st.integers(1, 9), st.integers(1, 4))
