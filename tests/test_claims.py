@@ -5,6 +5,8 @@ RANK / WORLD_SIZE fallback."""
 from __future__ import annotations
 
 import itertools
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +74,21 @@ def test_resume_reads_nothing_already_consumed(out: Path, monkeypatch: pytest.Mo
         assert read == spans[cut:]
         consumed = spans[:cut]
         assert not [r for r in read + ahead for c in consumed if _overlaps(r, c)]
+
+
+def test_robowds_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`robowds demo` runs all five steps and its resumed read equals the uninterrupted epoch (6 episodes
+    instead of the default 24 to stay fast; the README's `make demo` block runs the default)."""
+    from export.cli import main
+
+    assert main(["demo", "--dir", str(tmp_path / "demo"), "--episodes", "6"]) == 0
+    text = capsys.readouterr().out
+    assert [line[:4] for line in text.splitlines() if line[:1].isdigit()] == ["1/5 ", "2/5 ", "3/5 ", "4/5 ", "5/5 "]
+    read = re.search(r"read (\d+) of (\d+) batches; cursor \(\d+ bytes\): (\{.*\})", text)
+    resumed = re.search(r"resumed: (\d+) more samples; identical to the uninterrupted epoch: (\w+)", text)
+    assert read and resumed, text
+    assert resumed.group(2) == "True"
+    half, batches, cursor = int(read.group(1)), int(read.group(2)), json.loads(read.group(3))
+    train = ShardDataset(tmp_path / "demo" / "out", "train", seed=0)
+    assert (batches, half) == (-(-len(train) // 32), batches // 2)
+    assert cursor["consumed"] == half * 32 and half * 32 + int(resumed.group(1)) == len(train)
