@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import tarfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,8 @@ Range = tuple[str, int, int]  # (shard path, start, stop)
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_synthetic(tmp_path_factory.mktemp("claims"), 4, 3, "--stride", "2",
-                            "--set", "shard.max_samples=12")
+    return export_synthetic(tmp_path_factory.mktemp("claims"), 6, 3, "--stride", "2",
+                            "--set", "shard.max_samples=12", "--set", "splits.val=0.34")
 
 
 class CountingSource(ShardSource):
@@ -92,3 +94,33 @@ def test_robowds_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
     train = ShardDataset(tmp_path / "demo" / "out", "train", seed=0)
     assert (batches, half) == (-(-len(train) // 32), batches // 2)
     assert cursor["consumed"] == half * 32 and half * 32 + int(resumed.group(1)) == len(train)
+
+
+def _tar_samples(shard: Path) -> list[tuple[str, dict[str, bytes]]]:
+    """(key, {'.suffix': bytes}) per sample of a shard, read with the standard library's tarfile."""
+    samples: list[tuple[str, dict[str, bytes]]] = []
+    with tarfile.open(shard) as tar:
+        for info in tar:
+            key, dot, suffix = info.name.partition(".")
+            if not samples or samples[-1][0] != key:
+                samples.append((key, {}))
+            fh = tar.extractfile(info)
+            assert fh is not None
+            samples[-1][1][dot + suffix] = fh.read()
+    return samples
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_wids_index_is_read_by_wids(out: Path, tmp_path: Path, split: str) -> None:
+    """`wids.ShardListDataset` over `<split>.wids.json` (the real `wids` package, no decoding) hands out
+    every sample of the split's shards, in shard order, with the same members and bytes as tarfile."""
+    import wids  # in the test extras: a missing package fails here rather than skipping
+    shards = json.loads((out / "manifest.json").read_text())["splits"][split]["shards"]
+    expected = [s for shard in shards for s in _tar_samples(out / shard["path"])]
+    assert len(shards) >= 2 and len(expected) == sum(shard["samples"] for shard in shards)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # wids prints its cache settings and warns about them
+        ds = wids.ShardListDataset(str(out / f"{split}.wids.json"), transformations=[], cache_dir=str(tmp_path))
+    assert len(ds) == len(expected)
+    got = [(s["__key__"], {k: v.getvalue() for k, v in s.items() if k.startswith(".")}) for s in ds]
+    assert got == expected
