@@ -18,6 +18,7 @@ import pytest
 import reader.dataset
 from exports import export_synthetic
 from reader import ShardDataset
+from reader.plan import PlanSpec, rank_sequence
 from reader.source import ShardSource
 
 Range = tuple[str, int, int]  # (shard path, start, stop)
@@ -124,3 +125,19 @@ def test_wids_index_is_read_by_wids(out: Path, tmp_path: Path, split: str) -> No
     assert len(ds) == len(expected)
     got = [(s["__key__"], {k: v.getvalue() for k, v in s.items() if k.startswith(".")}) for s in ds]
     assert got == expected
+
+
+def test_torchrun_environment_sets_the_rank(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No rank arguments and no process group: RANK / WORLD_SIZE (as torchrun sets them) decide, and the
+    dataset reads exactly rank 1's part of the plan (keys looked up independently, by tar order)."""
+    import torch.distributed
+
+    assert not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ds = ShardDataset(out, "train", seed=5, block=8)
+    shards = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"]
+    keys = [key for shard in shards for key, _ in _tar_samples(out / shard["path"])]  # sample id -> key
+    plan = rank_sequence(PlanSpec(tuple(s["samples"] for s in shards), 5, True, 8, "pad"), 0, 2, 1)
+    assert len(plan) == len(keys) // 2 == 67  # half the epoch: what a world of 1 reads is twice as long
+    assert [s["__key__"] for s in ds] == [keys[i] for i in plan]
