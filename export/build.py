@@ -83,8 +83,7 @@ def _clean(data: EpisodeData, spec: BuildSpec) -> dict[str, Stream]:
         try:
             streams[name] = clean_stream(raw, spec.windows[name].interpolation, strict=spec.strict_timestamps)
         except StreamError as exc:
-            raise EpisodeError(data.episode_id, name, str(exc),
-                               hint="fix the timestamps in the store, or drop the field with exclude") from exc
+            raise EpisodeError(data.episode_id, name, str(exc), hint=exc.hint) from exc
     return streams
 
 

@@ -40,7 +40,11 @@ QUAT_ORDERS: tuple[str, ...] = ("xyzw", "wxyz")  # slerp itself is invariant to 
 
 
 class StreamError(ValueError):
-    """A stream that cannot be resampled (empty, constant clock, bad shape)."""
+    """A stream that cannot be resampled (empty, constant clock, bad shape); `hint` says how to fix it."""
+
+    def __init__(self, message: str, hint: str = "fix the timestamps in the store, or drop the field with exclude"):
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,8 @@ def clean_stream(raw: np.ndarray, method: str = "linear", strict: bool = False) 
     With `strict`, any repair other than dropping missing samples raises instead of being counted.
     """
     if raw.ndim != 2 or raw.shape[1] < 2:
-        raise StreamError(f"expected a [T, N+1] array with N >= 1, got shape {list(raw.shape)}")
+        raise StreamError(f"expected a [T, N+1] array with N >= 1, got shape {list(raw.shape)}",
+                          hint="store each row as [time, v1..vN] with at least one value")
     if raw.shape[0] == 0:
         raise StreamError("stream has no samples")
     times = raw[:, 0].astype(np.float64)  # [T]
@@ -117,7 +122,9 @@ def clean_stream(raw: np.ndarray, method: str = "linear", strict: bool = False) 
     zero_quat = np.zeros(len(times), dtype=bool)
     if method == "slerp":
         if values.shape[1] != 4:
-            raise StreamError(f"slerp needs 4 quaternion components, got {values.shape[1]}")
+            raise StreamError(f"slerp needs 4 quaternion components, got {values.shape[1]}",
+                              hint="store [time, x, y, z, w] rows (or w first with quaternion_order: wxyz), "
+                                   "or declare another interpolation for the field")
         zero_quat = finite_t & ~nan_row & ~(np.linalg.norm(np.nan_to_num(values), axis=1) > 0)
     keep = finite_t & ~nan_row & ~zero_quat
     times, values = times[keep], values[keep]

@@ -90,7 +90,7 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
         try:
             stream = clean_stream(raw, spec.interpolation or "linear")
         except StreamError as exc:
-            report.problems.append(Problem("error", str(exc), ep, name, hint="fix the timestamps in the store"))
+            report.problems.append(Problem("error", str(exc), ep, name, hint=exc.hint))
             broken = True
             continue
         for kind, count in stream.repairs.as_dict().items():

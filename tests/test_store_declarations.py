@@ -68,3 +68,15 @@ def test_names_and_units_must_match_the_columns_in_validate_and_export(
     code, out = _run(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"], capsys)
     assert code == 2 and f"episode 'ep0', field 'joints': {message}" in out  # export used to accept it
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_slerp_with_the_wrong_width_gets_a_quaternion_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The hint was "fix the timestamps in the store" for every stream error, this one included."""
+    rows = np.column_stack([T, np.sin(T), np.cos(T)]).tolist()  # [T, 1+2]: not a quaternion
+    store = _store(tmp_path / "s", rows, {"interpolation": "slerp", "quaternion_order": "xyzw"})
+    code, out = _run(["validate", str(store)], capsys)
+    assert code == 1
+    assert ("error: episode 'ep0', field 'joints': slerp needs 4 quaternion components, got 2 "
+            "(fix: store [time, x, y, z, w] rows") in out
+    code, out = _run(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1"], capsys)
+    assert code == 2 and "fix: store [time, x, y, z, w] rows" in out and "fix the timestamps" not in out
