@@ -278,8 +278,8 @@ def _psnr_db(squared_error: float, count: int) -> float | None:
     """PSNR in dB of the pooled squared error (None when no real frame was sampled; 100 if lossless)."""
     if not count:
         return None
-    mse = squared_error / count
-    return 100.0 if mse == 0 else round(min(100.0, 10 * float(np.log10(255.0 ** 2 / mse))), 3)
+    from export.clips import psnr_of_mse
+    return round(psnr_of_mse(squared_error / count), 3)
 
 
 def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"]:

@@ -77,5 +77,9 @@ def encode_jpegs(frames: np.ndarray) -> bytes:
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """Peak signal-to-noise ratio of two uint8 arrays, in dB (capped at 100 for identical arrays)."""
-    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
-    return 100.0 if mse == 0 else min(100.0, 10 * np.log10(255.0 ** 2 / mse))
+    return psnr_of_mse(float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean()))
+
+
+def psnr_of_mse(mse: float) -> float:
+    """PSNR in dB of a mean squared error of uint8 values (capped at 100: identical arrays)."""
+    return 100.0 if mse == 0 else min(100.0, 10 * float(np.log10(255.0 ** 2 / mse)))
