@@ -48,6 +48,7 @@ class VideoWindows:
                              f"run from {self.info.pts[0]:.6f} to {self.info.pts[-1]:.6f} s)")
         # the whole file's frame interval: a segment of one or two frames has no interval of its own
         self._period = float(np.median(np.diff(self.info.pts))) if len(self.info.pts) > 1 else np.inf
+        self._span_end = self.info.span_end  # file time of the last frame the container declares (a median)
         self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
         self._wanted = np.zeros(len(self.info.pts), dtype=bool)  # [F] frames some window uses
         self._decoder: Iterator[tuple[int, Any]] | None = None
@@ -131,7 +132,7 @@ class VideoWindows:
         index lists frames that are gone), as opposed to steps simply outside the video."""
         file_t = self._file_times(query)
         half = self._period / 2 if np.isfinite(self._period) else 0.0
-        inside = ((file_t >= self.info.pts[self._lo] - half) & (file_t <= self.info.span_end + half)
+        inside = ((file_t >= self.info.pts[self._lo] - half) & (file_t <= self._span_end + half)
                   & in_segment(file_t, self.start_s, self.end_s)
                   & (query >= extent[0] - 1e-9) & (query <= extent[1] + 1e-9))
         self.span_steps += int(inside.sum())
