@@ -142,10 +142,9 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
 def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per camera: stored bytes per frame; steps masked because frames are missing inside the video's
     own span (total, fraction, and the first `MISSING_LISTED` episodes with any); the PSNR (dB) of
-    stored vs source frames (per episode over
-    the real frames of one window in every chunk of `VIDEO_CHUNK_ANCHORS`; min and mean over
-    episodes, and how many frames were measured), and the most decoded frames held in memory at once
-    by one episode's decode (the export's memory bound for that camera)."""
+    stored vs source frames (per episode over the real frames of one window in every chunk of
+    `VIDEO_CHUNK_ANCHORS`; min and mean over episodes, and how many frames were measured); and the most
+    decoded frames held in memory at once by one episode's decode (the export's memory bound)."""
     out: dict[str, Any] = {}
     for r in records:
         for name, v in r["report"].get("video", {}).items():
