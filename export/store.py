@@ -40,10 +40,15 @@ class Problem:
     field: str | None = None
     hint: str | None = None
 
-    def __str__(self) -> str:
+    @property
+    def located(self) -> str:
+        """The message after its episode and field: "episode 'e', field 'f': message"."""
         where = ", ".join(p for p in (f"episode {self.episode!r}" if self.episode else "",
                                       f"field {self.field!r}" if self.field else "") if p)
-        text = f"{self.severity}: {where + ': ' if where else ''}{self.message}"
+        return f"{where + ': ' if where else ''}{self.message}"
+
+    def __str__(self) -> str:
+        text = f"{self.severity}: {self.located}"
         return text + (f" (fix: {self.hint})" if self.hint else "")
 
 
@@ -87,9 +92,7 @@ class StoreSchema:
         errors = self.errors
         if len(errors) == 1:  # one problem: its own fix, not a second "error:" inside the message
             only = errors[0]
-            where = ", ".join(p for p in (f"episode {only.episode!r}" if only.episode else "",
-                                          f"field {only.field!r}" if only.field else "") if p)
-            raise UserError(f"store {self.root}: {where + ': ' if where else ''}{only.message}",
+            raise UserError(f"store {self.root}: {only.located}",
                             hint=only.hint or "run `robowds validate STORE` for the full report")
         if errors:
             listed = "\n  ".join(str(p) for p in errors[:20])
