@@ -1,8 +1,8 @@
-"""`python -m export STORE OUT [options]` runs the export job (same as `robowds export`)."""
+"""`python -m robowds.export STORE OUT [options]` runs the export job (same as `robowds export`)."""
 
 import sys
 
-from export.cli import main
+from robowds.export.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["export", *sys.argv[1:]]))

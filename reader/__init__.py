@@ -8,11 +8,11 @@ from typing import Any
 __all__ = ["ShardDataset", "ShardLoader", "collate", "Collate", "RetryPolicy"]
 
 # public name -> the submodule that defines it. Imported on first access (PEP 562), because `export`
-# imports `reader.format` / `reader.manifest` and must not pull in torch. No submodule may be named
+# imports `robowds.reader.format` / `robowds.reader.manifest` and must not pull in torch. No submodule may be named
 # like a public name: the import system binds a submodule as an attribute of the package when it is
 # imported, which would shadow the public name (reader/collate.py did, until it became collation.py).
-_LAZY = {"ShardDataset": "reader.dataset", "ShardLoader": "reader.loader",
-         "collate": "reader.collation", "Collate": "reader.collation", "RetryPolicy": "reader.remote"}
+_LAZY = {"ShardDataset": "robowds.reader.dataset", "ShardLoader": "robowds.reader.loader",
+         "collate": "robowds.reader.collation", "Collate": "robowds.reader.collation", "RetryPolicy": "robowds.reader.remote"}
 
 
 def __getattr__(name: str) -> Any:

@@ -19,13 +19,13 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from reader.format import ShardFormatError
-from reader.layout import SampleDecoder
-from reader.manifest import shards_of
-from reader.members import MemberSet
-from reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
-from reader.remote import RetryPolicy
-from reader.source import ShardReadError, ShardSource, load_manifest
+from robowds.reader.format import ShardFormatError
+from robowds.reader.layout import SampleDecoder
+from robowds.reader.manifest import shards_of
+from robowds.reader.members import MemberSet
+from robowds.reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
+from robowds.reader.remote import RetryPolicy
+from robowds.reader.source import ShardReadError, ShardSource, load_manifest
 
 STATE_VERSION = 1
 READ_AHEAD = 64  # at most this many samples read ahead of decoding ...

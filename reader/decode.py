@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import msgpack
 import numpy as np
 
-from reader.format import view_npy
+from robowds.reader.format import view_npy
 
 IMAGE_EXTS = {"png", "jpg", "jpeg", "webp", "bmp"}
 

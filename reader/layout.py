@@ -23,9 +23,9 @@ from typing import Any, Union
 
 import numpy as np
 
-from reader.decode import decode_member, decode_sample
-from reader.format import BLOCK, ShardFormatError, iter_members, parse_npy_header, read_sample, tar_header
-from reader.members import MemberSet
+from robowds.reader.decode import decode_member, decode_sample
+from robowds.reader.format import BLOCK, ShardFormatError, iter_members, parse_npy_header, read_sample, tar_header
+from robowds.reader.members import MemberSet
 
 Buffer = Union[bytes, mmap.mmap]  # slicing gives bytes (a memoryview slice would not compare as fast)
 MAX_LAYOUTS = 64  # distinct sample lengths with a layout; past that, new lengths use the checked walk

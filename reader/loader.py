@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader
 
-from reader.collation import collate as default_collate
-from reader.dataset import ShardDataset
+from robowds.reader.collation import collate as default_collate
+from robowds.reader.dataset import ShardDataset
 
 
 def _already_collated(batch: Any) -> Any:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from reader.format import BLOCK, END_OF_ARCHIVE
+from robowds.reader.format import BLOCK, END_OF_ARCHIVE
 
 FORMAT = "robowds-manifest"
 FORMAT_VERSION = 1

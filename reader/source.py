@@ -23,8 +23,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
-from reader.remote import ObjectTruncated, RangeReader, RemoteReadError, RetryPolicy, s3_filesystem
+from robowds.reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+from robowds.reader.remote import ObjectTruncated, RangeReader, RemoteReadError, RetryPolicy, s3_filesystem
 
 MAX_OPEN = 64
 PREFETCH_MIN = 64 * 1024  # local samples from this size on get a read-ahead hint (smaller: fault-around does it)

@@ -5,8 +5,8 @@
 Takes the real LeRobot G1 `cam_high` video in ../shared/data/real (AV1 640x480 @ 30 fps), decodes it
 once, and cuts 20-frame windows at 10 Hz (every 3rd source frame), at 640x480 and resized to 224x224
 (swscale bilinear, as the export resizes). Each window is encoded with the export's own encoders
-(`export.clips.encode_mp4` = mpeg4, `encode_av1` = SVT-AV1, `encode_jpegs` = one JPEG per frame) and
-decoded with the reader's own decoder (`reader.decode.decode_member`), one thread each. Printed per
+(`robowds.export.media.clips.encode_mp4` = mpeg4, `encode_av1` = SVT-AV1, `encode_jpegs` = one JPEG per frame) and
+decoded with the reader's own decoder (`robowds.reader.decode.decode_member`), one thread each. Printed per
 size and codec: bytes per frame, PSNR of decoded vs source frames, and the median encode and decode
 time per window (median of `--windows` windows).
 """
@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from export.clips import encode_av1, encode_jpegs, encode_mp4, psnr  # noqa: E402
-from reader.decode import decode_member  # noqa: E402
+from robowds.export.media.clips import encode_av1, encode_jpegs, encode_mp4, psnr  # noqa: E402
+from robowds.reader.decode import decode_member  # noqa: E402
 
 VIDEO = (ROOT.parent / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real" / "videos" / "chunk-000"
          / "observation.images.cam_high" / "episode_000001.mp4")

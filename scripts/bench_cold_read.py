@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from export.cli import main as robowds  # noqa: E402
-from export.synth import write_synthetic_store  # noqa: E402
-from reader import ShardDataset  # noqa: E402
+from robowds.export.cli.main import main as robowds  # noqa: E402
+from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
+from robowds.reader import ShardDataset  # noqa: E402
 
 
 def drop_caches() -> None:

@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 from torch.utils.data import default_collate  # noqa: E402
 
-from export.cli import main as robowds  # noqa: E402
-from export.synth import write_synthetic_store  # noqa: E402
-from reader import ShardDataset, ShardLoader  # noqa: E402
-from reader.collation import collate  # noqa: E402
+from robowds.export.cli.main import main as robowds  # noqa: E402
+from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
+from robowds.reader import ShardDataset, ShardLoader  # noqa: E402
+from robowds.reader.collation import collate  # noqa: E402
 
 BATCH = 32
 

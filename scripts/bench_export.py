@@ -23,12 +23,12 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from export.synth import write_synthetic_store  # noqa: E402
+from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
 
 
 def run_export(store: Path, out: Path, workers: int, extra: list[str]) -> tuple[float, int]:
     """(seconds, peak RSS bytes of the export process and all its children)."""
-    cmd = [sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", str(workers), *extra]
+    cmd = [sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", str(workers), *extra]
     began = time.perf_counter()
     proc = psutil.Popen(cmd, cwd=ROOT)
     peak = 0

@@ -5,8 +5,8 @@
 
 What it does, in one run:
 
-1. Writes one synthetic store (`export.synth.write_synthetic_store`) and exports it twice with
-   `export.cli.main(["export", ...])`:
+1. Writes one synthetic store (`robowds.export.cli.synth.write_synthetic_store`) and exports it twice with
+   `robowds.export.cli.main.main(["export", ...])`:
    - small (~4 KB/sample): the image and every stream but `joints` are excluded, windows stay at the
      default 1 s at fps=10, so a sample is 4 members (joints.npy, joints_mask.npy, task.txt,
      meta.json), each one 512 B tar header + one 512 B data block. (Excluding only the image still
@@ -66,10 +66,10 @@ import numpy as np  # noqa: E402
 import webdataset as wds  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from export.cli import main as robowds_main  # noqa: E402
-from export.synth import write_synthetic_store  # noqa: E402
-from reader import ShardDataset, ShardLoader  # noqa: E402
-from reader.collation import collate  # noqa: E402
+from robowds.export.cli.main import main as robowds_main  # noqa: E402
+from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
+from robowds.reader import ShardDataset, ShardLoader  # noqa: E402
+from robowds.reader.collation import collate  # noqa: E402
 
 PAGE = 4096
 CHUNK = 1 << 20

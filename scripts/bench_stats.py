@@ -1,6 +1,6 @@
 """Folding per-episode normalisation statistics into one per-split summary: the previous 512-point
-sketch (copied below as the baseline) against `export.stats`, on the same synthetic per-episode
-partials, the way `export/job.py` does it (msgpack record -> from_state -> merge -> summary).
+sketch (copied below as the baseline) against `robowds.export.core.stats`, on the same synthetic per-episode
+partials, the way `export/job/run.py` does it (msgpack record -> from_state -> merge -> summary).
 
     python scripts/bench_stats.py                      # 1k, 4k and 100k episodes; ~5 minutes on 2 cores
     python scripts/bench_stats.py --episodes 1000 4000
@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from export.stats import FieldStats, StatsAccumulator  # noqa: E402
+from robowds.export.core.stats import FieldStats, StatsAccumulator  # noqa: E402
 
 KINDS = ("normal", "uniform", "heavy", "bimodal", "discrete", "far", "near_zero", "wide")
 DIMS, STEPS = 26, 600
@@ -56,7 +56,7 @@ def sample(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
     return rng.normal(0, 1, n) * 10.0 ** rng.integers(-3, 4, n)
 
 
-# ------------------------------------------------------------ baseline: export/stats.py before this change
+# ------------------------------------------------------------ baseline: export/core/stats.py before this change
 
 OLD_SKETCH_POINTS = 512
 

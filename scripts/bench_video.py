@@ -8,14 +8,14 @@ Windows: 2 s at 10 Hz (20 frames) of two cameras (`cam_a`, `cam_b`), resized to 
 every 5 grid frames (0.5 s at the default fps=10). One window = 40 frames.
 
 Setup (one run):
-  - `export.synth.write_synthetic_store` (`--episodes`, default 16), plus per episode two source videos
+  - `robowds.export.cli.synth.write_synthetic_store` (`--episodes`, default 16), plus per episode two source videos
     covering the episode (joints clock, first to last sample) at 30 fps with moving content (a
     scrolling colour gradient and a moving square, different per camera), and `videos.parquet` with
     struct columns {path, fps}. `--source lerobot` (default): AV1 640x480, SVT-AV1 crf 30, a keyframe
     every 2 frames: what LeRobot writes and what ../shared/data/real holds (seeks are cheap, each
     decoded frame is costly). `--source h264`: libx264 320x240 (veryfast, crf 23, a keyframe every 30
     frames, no scene-cut keyframes): cheap frames, seeks land up to 29 frames early.
-  - Exported with `export.cli.main(["export", ..., "--stride", "5"])` for encoding raw, jpg, mp4 (mpeg4) and av1 (SVT-AV1), and
+  - Exported with `robowds.export.cli.main.main(["export", ..., "--stride", "5"])` for encoding raw, jpg, mp4 (mpeg4) and av1 (SVT-AV1), and
     once more per encoding with stride 20 (= the window: no overlap) for the storage comparison. The
     export keeps `joints` (the episode clock: without it a camera-only export gets an empty extent,
     see below) and the two cameras (`include=[joints, cam_a, cam_b]`), so the samples hold what the
@@ -24,7 +24,7 @@ Setup (one run):
 Rows (all on the windows of the `train` split of the stride-5 exports; windows/s = windows delivered per
 second, frames/s = windows/s x 40):
   (b) limit <enc>          the stored clips, decoded without the reader: every shard is read into memory
-                           once (not timed), members are split with `reader.format.iter_members` /
+                           once (not timed), members are split with `robowds.reader.format.iter_members` /
                            `group_samples` (not timed), then per window both cameras are decoded with
                            PyAV (mp4: open the clip from bytes, decode every frame to rgb24, single
                            thread, swscale too), PIL (jpg: msgpack list -> Image.open -> np.asarray) or `np.load`
@@ -148,7 +148,7 @@ def build_store(store: Path, episodes: int, source: Source) -> tuple[dict[str, f
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from export.synth import write_synthetic_store
+    from robowds.export.cli.synth import write_synthetic_store
 
     write_synthetic_store(store, episodes=episodes, seed=0)
     table = pq.read_table(store / "trajectories.parquet", columns=["episode_id", "joints"])
@@ -173,7 +173,7 @@ def build_store(store: Path, episodes: int, source: Source) -> tuple[dict[str, f
 
 
 def export(store: Path, out: Path, encoding: str, stride: int) -> float:
-    from export.cli import main
+    from robowds.export.cli.main import main
 
     args = ["export", str(store), str(out), "--quiet", "--workers", "2", "--stride", str(stride),
             "--set", "include=[joints, cam_a, cam_b]"]
@@ -209,7 +209,7 @@ def shard_files(out: Path, split: str | None = None) -> list[Path]:
 
 def stored_windows(out: Path, split: str | None) -> list[StoredWindow]:
     """Every window of `split` (None = all) with its camera members as bytes, via the format module."""
-    from reader.format import group_samples, iter_members
+    from robowds.reader.format import group_samples, iter_members
 
     windows = []
     for path in shard_files(out, split):
@@ -223,7 +223,7 @@ def stored_windows(out: Path, split: str | None) -> list[StoredWindow]:
 
 def storage(out: Path) -> tuple[int, int, int]:
     """(windows, camera bytes incl. masks, tar bytes) over all splits."""
-    from reader.format import group_samples, iter_members
+    from robowds.reader.format import group_samples, iter_members
 
     count = cam_bytes = tar_bytes = 0
     for path in shard_files(out, None):
@@ -354,7 +354,7 @@ def limit_pass(windows: list[StoredWindow]) -> Iterator[int]:
 
 
 def dataset_pass(out: Path) -> Iterator[int]:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
 
     for sample in ShardDataset(out, "train", shuffle=True, seed=0):
         for cam in CAMERAS:
@@ -363,7 +363,7 @@ def dataset_pass(out: Path) -> Iterator[int]:
 
 
 def loader_pass(out: Path, workers: int) -> Iterator[int]:
-    from reader import ShardDataset, ShardLoader
+    from robowds.reader import ShardDataset, ShardLoader
 
     for batch in ShardLoader(ShardDataset(out, "train", shuffle=True, seed=0), batch_size=BATCH, num_workers=workers):
         yield len(batch["__key__"])

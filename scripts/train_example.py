@@ -38,8 +38,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from reader.dataset import ShardDataset
-from reader.loader import ShardLoader
+from robowds.reader.dataset import ShardDataset
+from robowds.reader.loader import ShardLoader
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

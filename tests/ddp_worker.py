@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from reader.dataset import ShardDataset
-from reader.loader import ShardLoader
+from robowds.reader.dataset import ShardDataset
+from robowds.reader.loader import ShardLoader
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.cli import main
-from export.synth import write_synthetic_store
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
 
 
 def export_synthetic(root: Path, episodes: int, seed: int, *options: str) -> Path:

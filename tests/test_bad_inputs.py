@@ -26,8 +26,8 @@ import pyarrow as pa
 import pytest
 
 from corrupt import edit_yaml, rewrite_table
-from export.cli import main
-from export.synth import write_synthetic_store
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
 
 ROOT = Path(__file__).resolve().parents[1]
 EP = "ep_0000"
@@ -351,7 +351,7 @@ def test_bad_input_is_one_clear_error(case: BadInput, pristine: Path, scratch: P
 def test_bad_input_in_a_real_process_with_workers(case: BadInput, pristine: Path, scratch: Path) -> None:
     """The same, as a separate process with a worker pool (errors come back from the workers)."""
     bad = prepare(case, pristine, scratch)
-    done = subprocess.run([sys.executable, "-m", "export.cli", "export", str(bad.store), str(bad.out), "--quiet",
+    done = subprocess.run([sys.executable, "-m", "robowds.export", str(bad.store), str(bad.out), "--quiet",
                            "--workers", "2", *bad.options], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -424,7 +424,7 @@ def test_any_other_os_error_on_a_user_path_is_one_error(tmp_path: Path, capsys: 
 def test_os_errors_name_the_right_folder(code: int, filename: str | None, expected: str, tmp_path: Path) -> None:
     """Mapping of the errors root cannot provoke here (root may write anywhere): an error on a store
     file during the export is not blamed on the output folder."""
-    from export.oserrors import os_error
+    from robowds.export.job.oserrors import os_error
     out, store = tmp_path / "out", tmp_path / "store"
     names = {"out": out, "store": store}
     exc = OSError(code, os.strerror(code), *([filename.format(**names)] if filename else []))

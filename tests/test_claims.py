@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import reader.dataset
+import robowds.reader.dataset
 from exports import export_synthetic
-from reader import ShardDataset
-from reader.plan import PlanSpec, rank_sequence
-from reader.source import ShardSource
+from robowds.reader import ShardDataset
+from robowds.reader.plan import PlanSpec, rank_sequence
+from robowds.reader.source import ShardSource
 
 Range = tuple[str, int, int]  # (shard path, start, stop)
 
@@ -49,7 +49,7 @@ class CountingSource(ShardSource):
 def _ranges_read(monkeypatch: pytest.MonkeyPatch, ds: ShardDataset) -> tuple[list[str], list[Range], list[Range]]:
     """(keys handed out, ranges read, ranges read ahead) over one pass of `ds`."""
     CountingSource.spans, CountingSource.prefetches = [], []
-    monkeypatch.setattr(reader.dataset, "ShardSource", CountingSource)
+    monkeypatch.setattr(robowds.reader.dataset, "ShardSource", CountingSource)
     keys = [s["__key__"] for s in ds]
     return keys, list(CountingSource.spans), list(CountingSource.prefetches)
 
@@ -82,7 +82,7 @@ def test_resume_reads_nothing_already_consumed(out: Path, monkeypatch: pytest.Mo
 def test_robowds_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`robowds demo` runs all five steps and its resumed read equals the uninterrupted epoch (6 episodes
     instead of the default 24 to stay fast; the README's `make demo` block runs the default)."""
-    from export.cli import main
+    from robowds.export.cli.main import main
 
     assert main(["demo", "--dir", str(tmp_path / "demo"), "--episodes", "6"]) == 0
     text = capsys.readouterr().out

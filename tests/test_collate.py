@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.collation import Collate, collate
+from robowds.reader.collation import Collate, collate
 
 
 def _window(key: str, offset: float) -> dict:

@@ -1,4 +1,4 @@
-"""Tests for the export configuration (export/config.py): defaults, YAML, --set overrides, validation."""
+"""Tests for the export configuration (export/job/config.py): defaults, YAML, --set overrides, validation."""
 from __future__ import annotations
 
 import copy
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from export.config import DEFAULTS, StreamWindow, load_config, stream_window
-from export.errors import UserError
+from robowds.export.job.config import DEFAULTS, StreamWindow, load_config, stream_window
+from robowds.export.errors import UserError
 
 
 def _yaml(tmp_path: Path, text: str) -> Path:
@@ -79,8 +79,8 @@ def test_set_overrides_are_yaml_typed(item: str, path: tuple[str, ...], value: o
 def test_spellings_of_one_number_are_one_config(tmp_path: Path) -> None:
     """`--fps 5` (a float), `--set fps=5` (an int) and `fps: 5` in a file gave different job ids, so a
     re-run with another spelling was refused as "a different config"."""
-    from export.cli import main
-    from export.synth import write_synthetic_store
+    from robowds.export.cli.main import main
+    from robowds.export.cli.synth import write_synthetic_store
 
     a = load_config(None, ["fps=5", "window.duration_s=1", "streams.imu.offset_s=-1", "min_valid_fraction=0"])
     b = load_config(_yaml(tmp_path, "fps: 5.0\nwindow: {duration_s: 1.0}\nstreams: {imu: {offset_s: -1.0}}\n"),

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from export.cli import main
+from robowds.export.cli.main import main
 
 VIDEO_TYPE = pa.struct([("path", pa.string()), ("fps", pa.float64())])
 
@@ -94,7 +94,7 @@ def test_slightly_truncated_video_is_reported(tmp_path: Path, capsys: pytest.Cap
     assert 0 < video["missing_frame_fraction"] <= 0.25 and video["missing_frame_steps"] > 0
     assert video["missing_frame_episodes"][0]["episode_id"] == "ep"
     # the count is exact: steps of the 10 Hz grid whose frame index is past the last readable frame
-    from export.video import probe_video
+    from robowds.export.media.frames import probe_video
     readable = len(probe_video(store / "v.mp4").pts)
     steps = np.arange(100)[:, None] + np.arange(10)[None, :]  # anchor k, step j -> frame k + j
     assert video["missing_frame_steps"] == int(((steps >= readable) & (steps < 100)).sum())

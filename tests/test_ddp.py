@@ -34,11 +34,11 @@ import psutil
 import pytest
 import torch
 
-from export.cli import main as robowds
-from export.synth import write_synthetic_store
-from reader.format import group_samples, iter_members
-from reader.manifest import shards_of
-from reader.plan import PlanSpec, epoch_order, rank_sequence
+from robowds.export.cli.main import main as robowds
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader.format import group_samples, iter_members
+from robowds.reader.manifest import shards_of
+from robowds.reader.plan import PlanSpec, epoch_order, rank_sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("ddp_worker.py")

@@ -21,11 +21,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from export.cli import main
-from export.config import load_config
-from export.job import run_export
-from export.validate import validate_store
-from reader.format import mask_field
+from robowds.export.cli.main import main
+from robowds.export.job.config import load_config
+from robowds.export.job.run import run_export
+from robowds.export.store.validate import validate_store
+from robowds.reader.format import mask_field
 
 TICK = 2.0 ** -12  # s; every stream time is a multiple of it
 METHODS = {"held": "hold", "lin": "linear", "near": "nearest"}

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.cli import main
-from export.synth import write_synthetic_store
-from reader.format import decode_npy, group_samples, iter_members
-from reader.manifest import parse_manifest, shards_of
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader.format import decode_npy, group_samples, iter_members
+from robowds.reader.manifest import parse_manifest, shards_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ["--set", "splits.val=0.2", "--set", "shard.max_samples=150", "--set", "streams.joints.rate_hz=50",
@@ -139,7 +139,7 @@ def test_rerun_is_noop_and_config_change_needs_overwrite(store: Path, tmp_path: 
 
 
 def _export_cmd(store: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "2", *SETTINGS]
+    return [sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", "2", *SETTINGS]
 
 
 @pytest.mark.slow

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from export import job as export_job
-from export.cli import main
-from export.synth import write_synthetic_store
-from reader import ShardDataset
-from reader.manifest import parse_manifest
+from robowds.export.job import run as export_job
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader import ShardDataset
+from robowds.reader.manifest import parse_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = ["--set", "splits.val=0.25", "--set", "shard.max_samples=40"]
@@ -104,7 +104,7 @@ def test_overwrite_next_to_notes_through_the_cli(store: Path, old: Path, referen
     """The issue's repro: NOTES.md next to an export; `--overwrite` used to delete the export, then refuse."""
     out = tmp_path / "o"
     user = copy_old(old, out, {"NOTES.md": USER_FILES["NOTES.md"]})
-    run = subprocess.run([sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "1",
+    run = subprocess.run([sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", "1",
                           *NEW, "--overwrite"], env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True)
     assert (run.returncode, run.stderr) == (0, "") and run.stdout.startswith("exported 8 episodes")
@@ -248,7 +248,7 @@ def test_io_error_while_publishing_is_one_message_and_a_rerun_finishes(
 # --------------------------------------------------------------------------------------------- kills
 
 def _cmd(store: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "1", *NEW, "--overwrite"]
+    return [sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", "1", *NEW, "--overwrite"]
 
 
 def assert_consistent_after_kill(out: Path, old_tree: dict[str, str], reference: dict[str, str],
@@ -332,8 +332,8 @@ def rmtree(path, *a, _real=shutil.rmtree, **k):
 os.replace, os.rename = counted(os.replace, 1), counted(os.rename, 1)
 os.unlink, os.remove, os.rmdir = counted(os.unlink, 0), counted(os.remove, 0), counted(os.rmdir, 0)
 shutil.rmtree = rmtree
-from export import job as export_job
-from export.cli import main
+from robowds.export.job import run as export_job
+from robowds.export.cli.main import main
 sys.exit(main(["export", *sys.argv[3:]]))
 """
 

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 
 from torch.utils.data import DataLoader
 
-from export.cli import main
-from export.synth import write_synthetic_store
-from reader import ShardDataset, ShardLoader
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader import ShardDataset, ShardLoader
 from videos import write_video
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from export.cli import main
-from export.synth import write_synthetic_store
-from reader.decode import decode_image
-from reader.format import group_samples, iter_members
-from reader.manifest import parse_manifest, shards_of
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader.decode import decode_image
+from robowds.reader.format import group_samples, iter_members
+from robowds.reader.manifest import parse_manifest, shards_of
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_png_is_lossless_and_deterministic_across_workers(store: Path, tmp_path:
 
 
 def test_jpg_psnr_and_determinism(store: Path, tmp_path: Path) -> None:
-    from export.clips import psnr
+    from robowds.export.media.clips import psnr
 
     first, second = tmp_path / "a", tmp_path / "b"
     for out in (first, second):

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.decode import decode_sample
-from reader.format import BLOCK, encode_npy, encode_sample, read_sample
-from reader.layout import MAX_RELEARN, SampleDecoder
+from robowds.reader.decode import decode_sample
+from robowds.reader.format import BLOCK, encode_npy, encode_sample, read_sample
+from robowds.reader.layout import MAX_RELEARN, SampleDecoder
 
 
 def _fortran_npy(array: np.ndarray) -> bytes:

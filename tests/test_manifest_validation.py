@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 import pytest
 
-from export.cli import main
+from robowds.export.cli.main import main
 from exports import export_synthetic
-from reader import ShardDataset
-from reader.manifest import ManifestError, parse_manifest, shards_of
+from robowds.reader import ShardDataset
+from robowds.reader.manifest import ManifestError, parse_manifest, shards_of
 
 Doc = dict[str, Any]
 SHARD0 = "split 'train', shard 0 (train/shard-000000.tar)"

@@ -1,4 +1,4 @@
-"""Tests for the export plan (export/plan.py): splits, key prefixes, window order, shard packing."""
+"""Tests for the export plan (export/core/shard_plan.py): splits, key prefixes, window order, shard packing."""
 from __future__ import annotations
 
 import random
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from export.errors import UserError
-from export.plan import KEY_PREFIX_MAX, assign_splits, key_prefixes, pack_shards, window_order
-from reader.format import KEY_RE
+from robowds.export.errors import UserError
+from robowds.export.core.shard_plan import KEY_PREFIX_MAX, assign_splits, key_prefixes, pack_shards, window_order
+from robowds.reader.format import KEY_RE
 
 IDS20 = [f"ep_{i:04d}" for i in range(20)]
 

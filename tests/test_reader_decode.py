@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from exports import export_synthetic
-from reader import ShardDataset
-from reader.layout import SampleDecoder
-from reader.manifest import parse_manifest, shards_of
+from robowds.reader import ShardDataset
+from robowds.reader.layout import SampleDecoder
+from robowds.reader.manifest import parse_manifest, shards_of
 
 
 @pytest.fixture(scope="module")

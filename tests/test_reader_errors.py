@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from exports import export_synthetic
-from reader import ShardDataset, ShardLoader
-from reader.format import encode_member, group_samples, iter_members
-from reader.manifest import ManifestError
-from reader.source import ShardReadError
+from robowds.reader import ShardDataset, ShardLoader
+from robowds.reader.format import encode_member, group_samples, iter_members
+from robowds.reader.manifest import ManifestError
+from robowds.reader.source import ShardReadError
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +184,8 @@ def test_rank_without_world_size_is_refused(exported: Path) -> None:
 
 
 def test_large_samples_with_read_ahead_hints_and_a_truncated_shard(tmp_path: Path) -> None:
-    from reader.format import decode_npy
-    from reader.source import PREFETCH_MIN
+    from robowds.reader.format import decode_npy
+    from robowds.reader.source import PREFETCH_MIN
 
     out = export_synthetic(tmp_path, 2, 3, "--stride", "20", "--set", "streams.imu.rate_hz=200",
                            "--set", "streams.imu.duration_s=30", "--set", "exclude=[overview]")

@@ -9,6 +9,7 @@ own interpreter. The names come from README.md itself, so a newly documented one
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -21,27 +22,28 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 PYTHON_BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.S | re.M)
 IMPORT_LINES = sorted({m.strip() for block in PYTHON_BLOCKS
-                       for m in re.findall(r"^\s*(?:from reader(?:\.\w+)* import [\w, ]+|import reader[\w.]*)\s*$",
+                       for m in re.findall(r"^\s*(?:from robowds\.reader(?:\.\w+)* import [\w, ]+|import robowds\.reader[\w.]*)\s*$",
                                            block, flags=re.M)})
-FROM_NAMES = {n.strip() for line in IMPORT_LINES if line.startswith("from reader import")
+FROM_NAMES = {n.strip() for line in IMPORT_LINES if line.startswith("from robowds.reader import")
               for n in line.split(" import ", 1)[1].split(",")}
-# `reader.X` anywhere in the README (code blocks and prose), but not file paths like reader.collate.py
-ATTRIBUTE_NAMES = set(re.findall(r"\breader\.([A-Za-z_]\w*)\b(?!\.py|/)", README))
+# `robowds.reader.X` anywhere in the README (code blocks and prose), but not file paths like reader/collate.py
+ATTRIBUTE_NAMES = set(re.findall(r"\brobowds\.reader\.([A-Za-z_]\w*)\b(?!\.py|/)", README))
 EXPLICIT = {"ShardDataset", "ShardLoader", "collate", "Collate"}  # issue 9 item 7
 NAMES = sorted(FROM_NAMES | ATTRIBUTE_NAMES | EXPLICIT)
 SUBMODULES = sorted(p.stem for p in (ROOT / "reader").glob("*.py") if p.stem != "__init__")
 
 # checks every public name after `first` ran; prints OK on success (an exception exits non-zero)
 CHECK_ALL = """
-import types, reader
+import types
+import robowds.reader as reader
 for name in {names!r}:
     namespace = {{}}
-    exec(f"from reader import {{name}} as obj", namespace)
+    exec(f"from robowds.reader import {{name}} as obj", namespace)
     obj = namespace["obj"]
     assert not isinstance(obj, types.ModuleType), f"reader.{{name}} is the module {{obj!r}}"
     assert getattr(reader, name) is obj, name
     defined_in = obj.__module__ if isinstance(obj, type) else type(obj).__module__
-    assert defined_in.startswith("reader."), (name, defined_in)
+    assert defined_in.startswith("robowds.reader."), (name, defined_in)
     assert name in dir(reader), name
 assert isinstance(reader.collate, reader.Collate) and callable(reader.collate)
 assert isinstance(reader.ShardLoader, type) and isinstance(reader.ShardDataset, type)
@@ -50,9 +52,8 @@ print("OK")
 
 
 def run_fresh(code: str) -> str:
-    """Run `code` in a new interpreter that imports this checkout's `reader`; returns its stdout."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+    """Run `code` in a new interpreter (the installed `robowds.reader`); returns its stdout."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, f"{code}\n---\n{done.stderr[-3000:]}"
     return done.stdout
@@ -63,26 +64,26 @@ def test_readme_names_were_found() -> None:
     documents reader.collate / reader.Collate."""
     assert {"ShardDataset", "ShardLoader"} <= FROM_NAMES
     assert {"collate", "Collate"} <= ATTRIBUTE_NAMES
-    assert set(NAMES) <= set(__import__("reader").__all__)
+    assert set(NAMES) <= set(importlib.import_module("robowds.reader").__all__)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_from_import_first(name: str) -> None:
-    """`from reader import X` as the first import, then every other name both ways."""
-    assert run_fresh(f"from reader import {name}\n" + CHECK_ALL.format(names=NAMES)).endswith("OK\n")
+    """`from robowds.reader import X` as the first import, then every other name both ways."""
+    assert run_fresh(f"from robowds.reader import {name}\n" + CHECK_ALL.format(names=NAMES)).endswith("OK\n")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_attribute_first(name: str) -> None:
-    """`import reader; reader.X` as the first access (e.g. `reader.Collate(...)`), then the rest."""
-    assert run_fresh(f"import reader\nreader.{name}\n" + CHECK_ALL.format(names=NAMES)).endswith("OK\n")
+    """`import robowds.reader as reader; reader.X` as the first access (e.g. `reader.Collate(...)`), then the rest."""
+    assert run_fresh(f"import robowds.reader as reader\nreader.{name}\n" + CHECK_ALL.format(names=NAMES)).endswith("OK\n")
 
 
 def test_every_submodule_imported_first() -> None:
     """With every submodule already imported (and so bound on the package), the public names still
     are the functions and classes: no submodule shares a public name."""
     assert not set(SUBMODULES) & set(NAMES)
-    first = "".join(f"import reader.{m}\n" for m in SUBMODULES)
+    first = "".join(f"import robowds.reader.{m}\n" for m in SUBMODULES)
     assert run_fresh(first + CHECK_ALL.format(names=NAMES)).endswith("OK\n")
 
 
@@ -92,8 +93,8 @@ def test_readme_import_lines_run_verbatim() -> None:
 
 
 def test_export_and_reader_package_do_not_import_torch() -> None:
-    """`export` reads and writes the format through reader.format / reader.manifest; importing those
+    """`export` reads and writes the format through robowds.reader.format / robowds.reader.manifest; importing those
     (and the reader package itself) must not import torch (an export machine may not have it)."""
-    code = ("import sys, reader, reader.format, reader.manifest, export.cli, export.build, export.verify\n"
+    code = ("import sys, robowds.reader, robowds.reader.format, robowds.reader.manifest, robowds.export.cli.main, robowds.export.job.build, robowds.export.check.verify\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     assert run_fresh(code) == "[]\n"

@@ -14,13 +14,13 @@ from typing import Callable
 import numpy as np
 import pytest
 
-import reader.dataset
+import robowds.reader.dataset
 from exports import export_synthetic
-from reader import ShardDataset, ShardLoader
-from reader.format import END_OF_ARCHIVE, ShardFormatError, encode_npy, encode_sample, group_samples, iter_members
-from reader.layout import SampleDecoder
-from reader.members import MemberSet
-from reader.source import ShardReadError, ShardSource
+from robowds.reader import ShardDataset, ShardLoader
+from robowds.reader.format import END_OF_ARCHIVE, ShardFormatError, encode_npy, encode_sample, group_samples, iter_members
+from robowds.reader.layout import SampleDecoder
+from robowds.reader.members import MemberSet
+from robowds.reader.source import ShardReadError, ShardSource
 
 Members = dict[str, bytes]
 
@@ -128,7 +128,7 @@ def test_verify_hashes_a_corrupt_shard_once(copy: Path, exported: Path, monkeypa
             super().__init__(*args, **kwargs)  # type: ignore[arg-type]
             sources.append(self)
 
-    monkeypatch.setattr(reader.dataset, "ShardSource", CountingSource)
+    monkeypatch.setattr(robowds.reader.dataset, "ShardSource", CountingSource)
     loader = ShardLoader(ShardDataset(copy, "train", seed=1, verify=True, on_error="skip"), batch_size=4)
     keys = [k for b in loader for k in b["__key__"]]
     assert loader.skipped == len(bad_keys) == shards[1]["samples"]

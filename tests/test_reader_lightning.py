@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from exports import export_synthetic
-from reader import ShardDataset
+from robowds.reader import ShardDataset
 
 BATCH = 8
 EPOCHS = 3

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.plan import PlanSpec, Topology, epoch_order, rank_sequence, split_ranks, worker_positions
+from robowds.reader.plan import PlanSpec, Topology, epoch_order, rank_sequence, split_ranks, worker_positions
 
 counts_st = st.lists(st.integers(0, 60), min_size=1, max_size=12)
 
@@ -107,7 +107,7 @@ def test_split_ranks_pads_with_the_first_samples() -> None:
 def test_shuffle_quality_same_episode_pairs(tmp_path: Path) -> None:
     """In a batch of 32 from a 20-episode store, the fraction of same-episode pairs stays near i.i.d."""
     from exports import export_synthetic
-    from reader import ShardDataset, ShardLoader
+    from robowds.reader import ShardDataset, ShardLoader
 
     out = export_synthetic(tmp_path, 20, 4, "--set", "shard.max_samples=64")
     loader = ShardLoader(ShardDataset(out, "train", seed=3, block=256), batch_size=32)

@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from exports import export_synthetic
-from reader import RetryPolicy, ShardDataset, ShardLoader
-from reader.source import ShardReadError
+from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
+from robowds.reader.source import ShardReadError
 
 pytest.importorskip("moto")
 boto3 = pytest.importorskip("boto3")
@@ -317,7 +317,7 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
 
 
 def test_manifest_read_is_retried_and_fails_clearly(s3: tuple[FaultProxy, dict[str, Any]]) -> None:
-    from reader.manifest import ManifestError
+    from robowds.reader.manifest import ManifestError
 
     proxy, options = s3
     proxy.configure("reset", every=1, only="manifest.json", per_target=2)
@@ -358,7 +358,7 @@ def test_transient_faults_are_told_from_permanent_ones() -> None:
     from fsspec.exceptions import FSTimeoutError
     from s3fs.errors import translate_boto_error
 
-    from reader.remote import describe, is_transient
+    from robowds.reader.remote import describe, is_transient
 
     def client_error(status: int, code: str) -> ClientError:
         return ClientError({"Error": {"Code": code, "Message": f"m{status}"},
@@ -391,8 +391,8 @@ def test_transient_faults_are_told_from_permanent_ones() -> None:
 def test_an_object_that_failed_for_good_gets_one_attempt_until_it_reads_again(
         s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
     """Skipping a dead shard must not cost each of its samples a full round of retries."""
-    from reader.remote import RangeReader, RemoteReadError
-    from reader.source import remote_filesystem
+    from robowds.reader.remote import RangeReader, RemoteReadError
+    from robowds.reader.source import remote_filesystem
 
     proxy, options = s3
     shard = _shard(exported, 2)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from exports import export_synthetic
-from reader import ShardDataset, ShardLoader
+from robowds.reader import ShardDataset, ShardLoader
 
 BATCH = 8
 Record = tuple[int, str, str]  # (epoch, key, sha256 of the sample's tensors)
@@ -144,7 +144,7 @@ def test_later_epochs_follow_the_new_topology(dataset_dir: Path) -> None:
 
 def test_stateful_dataloader_resume(dataset_dir: Path) -> None:
     sdl = pytest.importorskip("torchdata.stateful_dataloader")
-    from reader.collation import collate
+    from robowds.reader.collation import collate
 
     def run(state: dict | None, stop: int | None) -> tuple[list[str], dict]:
         ds = ShardDataset(dataset_dir, "train", seed=7, block=16, batch_size=BATCH)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from exports import export_synthetic
-from reader import ShardDataset, collate
+from robowds.reader import ShardDataset, collate
 
 sdl = pytest.importorskip("torchdata.stateful_dataloader")
 BATCH = 8

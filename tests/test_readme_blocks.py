@@ -67,8 +67,8 @@ def test_every_runnable_block_is_found() -> None:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a small export at OUT/ (what the README's reader snippets read)."""
-    from export.cli import main
-    from export.synth import write_synthetic_store
+    from robowds.export.cli.main import main
+    from robowds.export.cli.synth import write_synthetic_store
 
     root = tmp_path_factory.mktemp("readme")
     write_synthetic_store(root / "store", episodes=4, seed=0)
@@ -137,8 +137,8 @@ def _store_yaml() -> dict:
 
 
 def test_store_yaml_block_declares_an_exportable_store(tmp_path: Path) -> None:
-    from export.cli import main
-    from export.validate import validate_store
+    from robowds.export.cli.main import main
+    from robowds.export.store.validate import validate_store
 
     store = _store_for(_store_yaml(), tmp_path / "store")
     report = validate_store(store)
@@ -152,7 +152,7 @@ def test_store_yaml_block_declares_an_exportable_store(tmp_path: Path) -> None:
 @pytest.mark.parametrize("line,code,skip", [b for b in readme_blocks("yaml") if "fields" not in yaml.safe_load(b[1])],
                          ids=lambda v: str(v) if isinstance(v, int) else "")
 def test_config_block_loads_and_exports(line: int, code: str, skip: str | None, tmp_path: Path) -> None:
-    from export.cli import main
+    from robowds.export.cli.main import main
 
     if skip:
         pytest.skip(skip)

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from export.cli import main
-from reader.format import decode_npy, group_samples, iter_members
-from reader.manifest import parse_manifest, shards_of
+from robowds.export.cli.main import main
+from robowds.reader.format import decode_npy, group_samples, iter_members
+from robowds.reader.manifest import parse_manifest, shards_of
 from realdata import G1, G1_EPISODES, G1_LENGTHS, REAL_DATA, g1, g1_parquet, real_path
 
 ROOT = Path(__file__).resolve().parents[1]

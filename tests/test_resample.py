@@ -1,4 +1,4 @@
-"""Tests for the resampler (export/resample.py): clean_stream + resample against the module contract."""
+"""Tests for the resampler (export/core/resample.py): clean_stream + resample against the module contract."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from export.resample import METHODS, TIME_EPS, Repairs, Stream, StreamError, clean_stream, resample
-from export.episodes import ns_to_seconds
+from robowds.export.core.resample import METHODS, TIME_EPS, Repairs, Stream, StreamError, clean_stream, resample
+from robowds.export.store.episodes import ns_to_seconds
 
 S225, C225 = math.sin(math.radians(22.5)), math.cos(math.radians(22.5))
 

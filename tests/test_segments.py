@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from export.cli import main
-from export.extent import ExtentError, episode_extent, in_segment, segment_frames, segment_span
-from export.validate import validate_store
+from robowds.export.cli.main import main
+from robowds.export.core.extent import ExtentError, episode_extent, in_segment, segment_frames, segment_span
+from robowds.export.store.validate import validate_store
 from realdata import G1_EPISODES, g1_parquet, g1_video
 from videos import gradient_frames, write_frames
 
@@ -25,7 +25,7 @@ VIDEO_TYPE = pa.struct([("path", pa.string()), ("fps", pa.float64()), ("start_s"
 
 
 def _samples(out: Path) -> dict[str, dict]:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
     return {s["__key__"]: s for s in ShardDataset(out, "train", shuffle=False)}
 
 
@@ -171,7 +171,7 @@ def test_video_does_not_widen_an_episode_with_time_series(tmp_path: Path) -> Non
 
 
 def test_validate_and_export_durations_agree_on_the_synthetic_store(tmp_path: Path) -> None:
-    from export.synth import write_synthetic_store
+    from robowds.export.cli.synth import write_synthetic_store
 
     store = tmp_path / "s"
     write_synthetic_store(store, episodes=4, seed=3)
@@ -225,7 +225,7 @@ def test_empty_segment_is_an_error_in_validate_and_export(tmp_path: Path, capsys
 def test_report_psnr_measures_real_frames_across_the_episode(tmp_path: Path) -> None:
     """With history offsets the first windows are all padding: measured there the PSNR was 100 dB
     (zeros against zeros). It must be the stored-vs-source PSNR of real frames, across the episode."""
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
 
     store = tmp_path / "s"
     store.mkdir()

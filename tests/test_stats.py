@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from export import stats as stats_module
-from export.stats import QUANTILES, FieldStats, StatsAccumulator, merge_all
+from robowds.export.core import stats as stats_module
+from robowds.export.core.stats import QUANTILES, FieldStats, StatsAccumulator, merge_all
 
 KINDS = ("normal", "uniform", "heavy", "bimodal", "discrete", "far", "near_zero", "wide")
 
@@ -234,10 +234,10 @@ def test_100k_episodes_fold_in_bounded_memory() -> None:
 
 
 def test_split_stats_fold_each_record_and_drop_its_states() -> None:
-    """export/job.py folds every staged record as it loads it: the record keeps no statistics, a
+    """export/job/run.py folds every staged record as it loads it: the record keeps no statistics, a
     rejected episode's are ignored, and each split's result is the merge of its episodes'."""
-    from export.errors import UserError
-    from export.report import SplitStats
+    from robowds.export.errors import UserError
+    from robowds.export.job.report import SplitStats
 
     parts = episodes(23, [50, 80, 20, 60], ("normal", "discrete"))
     records = [{"episode_id": f"e{i}", "split": "train" if i % 2 else "val", "error": None,
@@ -271,7 +271,7 @@ def test_values_too_large_for_statistics_are_one_episode_error(tmp_path: Path,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from export.cli import main
+    from robowds.export.cli.main import main
 
     store = tmp_path / "s"
     store.mkdir()

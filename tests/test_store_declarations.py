@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from export.cli import main
+from robowds.export.cli.main import main
 
 
 def _store(root: Path, joints: object, decl: dict) -> Path:

@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from export.cli import main
+from robowds.export.cli.main import main
 
 
 def _samples(out: Path, split: str = "train") -> dict[str, dict]:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
     return {s["__key__"]: s for s in ShardDataset(out, split, shuffle=False)}
 
 

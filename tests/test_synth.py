@@ -1,4 +1,4 @@
-"""Tests for the synthetic episode store generator (export/synth.py)."""
+"""Tests for the synthetic episode store generator (export/cli/synth.py)."""
 from __future__ import annotations
 
 import pathlib
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from export.synth import IMAGE_H, IMAGE_W, SynthSummary, write_synthetic_store
+from robowds.export.cli.synth import IMAGE_H, IMAGE_W, SynthSummary, write_synthetic_store
 
 SERIES = pa.list_(pa.list_(pa.float64()))
 

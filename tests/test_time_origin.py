@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from export.cli import main
+from robowds.export.cli.main import main
 
 T0_NS = 1_700_000_000_123_456_789  # Unix ns, not a multiple of any grid period
 
@@ -32,7 +32,7 @@ def _ns_store(root: Path) -> Path:
 
 
 def test_ns_store_windows_carry_their_anchor_time_in_ns(tmp_path: Path) -> None:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
 
     store = _ns_store(tmp_path / "s")
     out = tmp_path / "out"
@@ -51,7 +51,7 @@ def test_ns_store_windows_carry_their_anchor_time_in_ns(tmp_path: Path) -> None:
 
 
 def test_seconds_store_has_no_t_ns(tmp_path: Path) -> None:
-    from export.synth import write_synthetic_store
+    from robowds.export.cli.synth import write_synthetic_store
 
     store = tmp_path / "s"
     write_synthetic_store(store, episodes=2, seed=0)

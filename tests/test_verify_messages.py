@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from exports import export_synthetic
-from export.cli import main
-from reader.format import group_samples, iter_members
+from robowds.export.cli.main import main
+from robowds.reader.format import group_samples, iter_members
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from export.cli import main
-from export.synth import write_synthetic_store
-from export.video import probe_video, select_frames
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.media.frames import probe_video, select_frames
 from realdata import G1_LENGTHS, g1_video
 from videos import to_rgb, write_video
 
@@ -115,7 +115,7 @@ def _decoded_source(path: Path) -> np.ndarray:
 
 
 def _samples(out: Path) -> dict[str, dict]:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
     return {s["__key__"]: s for s in ShardDataset(out, "train", shuffle=False)}
 
 
@@ -252,7 +252,7 @@ def test_segments_of_one_long_file_lerobot_v3_style(tmp_path: Path) -> None:
 
 
 def test_reader_video_layout_channels_first(tmp_path: Path) -> None:
-    from reader import ShardDataset, ShardLoader
+    from robowds.reader import ShardDataset, ShardLoader
 
     store = _store_with_video(tmp_path, fps=10.0)
     out = tmp_path / "out"

@@ -11,10 +11,10 @@ import av
 import numpy as np
 import pytest
 
-from export.cli import main
-from export.clips import encode_av1, encode_mp4, psnr
-from reader.format import group_samples, iter_members
-from reader.manifest import parse_manifest, shards_of
+from robowds.export.cli.main import main
+from robowds.export.media.clips import encode_av1, encode_mp4, psnr
+from robowds.reader.format import group_samples, iter_members
+from robowds.reader.manifest import parse_manifest, shards_of
 from realdata import g1_video
 from videos import camera_store, decode_all, to_rgb, write_video
 
@@ -67,7 +67,7 @@ def test_av1_export_is_byte_identical_across_workers_and_keyframed(tmp_path: Pat
 
 
 def test_reader_decodes_av1_windows_to_the_source_frames(tmp_path: Path) -> None:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
 
     store = _store(tmp_path)
     out = tmp_path / "out"
@@ -81,7 +81,7 @@ def test_reader_decodes_av1_windows_to_the_source_frames(tmp_path: Path) -> None
 
 
 def test_av1_odd_and_tiny_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
 
     store = _store(tmp_path)
     out = tmp_path / "odd"

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.cli import main
-from export.video import probe_video
+from robowds.export.cli.main import main
+from robowds.export.media.frames import probe_video
 from videos import camera_store, write_video
 
 CASES = [("mp4", "libx264"), ("webm", "libvpx-vp9"), ("webm", "libsvtav1"), ("avi", "mpeg4"),
@@ -30,7 +30,7 @@ def test_container_and_codec_export_the_right_frames(tmp_path: Path, container_f
     out = tmp_path / "out"
     assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--keep-order",
                  "--set", "streams.cam.encoding=raw", "--set", "streams.cam.duration_s=0.3"]) == 0
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
 
     windows = {s["__key__"]: s for s in ShardDataset(out, "train", shuffle=False)}
     assert sorted(windows) == [f"ep0_{a:06d}" for a in range(FRAMES)]

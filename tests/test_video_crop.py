@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.cli import main
-from export.geometry import CropError, crop_box, output_size
+from robowds.export.cli.main import main
+from robowds.export.media.geometry import CropError, crop_box, output_size
 from videos import camera_store, decode_all, gradient_frames, write_frames
 
 
@@ -46,7 +46,7 @@ def _export(store: Path, out: Path, *sets: str) -> int:
 
 
 def _windows(out: Path) -> dict[str, dict]:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
     return {s["__key__"]: s for s in ShardDataset(out, "train", shuffle=False)}
 
 

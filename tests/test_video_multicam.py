@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from export.cli import main
+from robowds.export.cli.main import main
 from videos import write_video
 
 A_MS = [k * 100 for k in range(12)]  # cam_a: 10 fps, 0 .. 1.1 s, frame k = grey 20 k
@@ -36,7 +36,7 @@ def test_two_cameras_with_their_own_rates_lengths_and_windows(tmp_path: Path) ->
                  "--set", "streams.cam_a.encoding=raw", "--set", "streams.cam_a.duration_s=0.3",
                  "--set", "streams.cam_b.encoding=raw", "--set", "streams.cam_b.rate_hz=5",
                  "--set", "streams.cam_b.duration_s=0.4"]) == 0
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
 
     windows = {s["__key__"]: s for s in ShardDataset(out, "train", shuffle=False)}
     assert sorted(windows) == [f"ep0_{a:06d}" for a in range(12)]  # the episode spans both: 0 .. 1.1 s

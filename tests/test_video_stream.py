@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.cli import main
+from robowds.export.cli.main import main
 from videos import camera_store, decode_all, gradient_frames, write_frames
 
 VFR_MS = [0, 100, 200, 330, 400, 720, 800, 900, 1000]  # median interval 100 ms; a 320 ms hole at 400-720
@@ -28,7 +28,7 @@ CAUSAL = {50: 0, 150: 1, 250: 2, 350: 3,  # 350: 330 is 20 ms old
 
 
 def _windows(out: Path) -> dict[str, dict]:
-    from reader import ShardDataset
+    from robowds.reader import ShardDataset
     return {s["__key__"]: s for s in ShardDataset(out, "train", shuffle=False)}
 
 

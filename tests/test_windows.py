@@ -1,4 +1,4 @@
-"""Tests for window geometry (export/windows.py) and, as a property, for export.build.build_episode."""
+"""Tests for window geometry (export/core/windows.py) and, as a property, for robowds.export.job.build.build_episode."""
 from __future__ import annotations
 
 import json
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from export.build import BuildSpec, EpisodeWindows, build_episode
-from export.config import StreamWindow
-from export.episodes import EpisodeData
-from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
-from reader.format import decode_npy, group_samples, iter_members
+from robowds.export.job.build import BuildSpec, EpisodeWindows, build_episode
+from robowds.export.job.config import StreamWindow
+from robowds.export.store.episodes import EpisodeData
+from robowds.export.core.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
+from robowds.reader.format import decode_npy, group_samples, iter_members
 
 EPS = 1e-9
 

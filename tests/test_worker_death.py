@@ -20,14 +20,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from export.synth import write_synthetic_store
+from robowds.export.cli.synth import write_synthetic_store
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def export_cmd(store: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "export", str(store), str(out), "--quiet", "--workers", "2"]
+    return [sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", "2"]
 
 
 def tree_bytes(out: Path) -> dict[str, str]:

@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from export.errors import UserError
-from export.resample import METHODS, QUAT_ORDERS
-from export.yamlio import YamlError, load_file
-from reader.format import FIELD_RE, MASK_SUFFIX, META_FIELD
+from robowds.export.errors import UserError
+from robowds.export.core.resample import METHODS, QUAT_ORDERS
+from robowds.export.store.yamlio import YamlError, load_file
+from robowds.reader.format import FIELD_RE, MASK_SUFFIX, META_FIELD
 
 KINDS = ("timeseries", "video", "image", "text", "value")
 RESERVED_COLUMNS = ("episode_id", "split", "start_s", "end_s")

@@ -2,7 +2,7 @@
 
 `encoding: original` copies the source bytes into every window. `png` / `jpg` decode the image with
 Pillow (RGB; alpha and palettes are flattened as the reader would), apply the optional centred crop
-and resize (same geometry as camera frames, see export/geometry.py) and encode it with fixed settings
+and resize (same geometry as camera frames, see export/media/geometry.py) and encode it with fixed settings
 and no metadata, so the bytes depend only on the pixels. The result is computed once per episode and
 shared by all its windows.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from export.geometry import Crop, crop_box
+from robowds.export.media.geometry import Crop, crop_box
 
 IMAGE_ENCODINGS = ("original", "png", "jpg")
 JPEG_QUALITY = 90  # images and camera frames alike: byte-reproducible with Pillow's libjpeg

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from export.errors import UserError
+from robowds.export.errors import UserError
 
 MAX_EPISODE_S = 86_400.0  # default bound on one episode's duration (config `max_episode_s`)
 MIN_PERIOD_S, MAX_PERIOD_S = 1e-6, 3_600.0  # plausible median sample period of a time series

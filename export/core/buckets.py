@@ -1,4 +1,4 @@
-"""Bucket keys of the statistics histogram (see export/stats.py for the design). Pure numpy.
+"""Bucket keys of the statistics histogram (see export/core/stats.py for the design). Pure numpy.
 
 A value's key is (dimension, sign, exponent, top mantissa bits) of its float64 bits; a bucket at
 resolution t clears the key's low t bits and sets bit t-1 as a marker, so a key says its own

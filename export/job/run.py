@@ -4,7 +4,7 @@ Atomicity and resume: every step's output appears under its final name by rename
 step is done iff that name exists. Everything up to publish lives in `OUT/.robowds-work/` (keyed by a
 job id over the store fingerprint and the resolved config): staged episodes, and finished shards in
 `ready/`, so an export already in OUT stays intact and readable while the new one is built. Publish
-(`export/publish.py`) then moves the new export into place by a journaled sequence of renames with the
+(`export/job/publish.py`) then moves the new export into place by a journaled sequence of renames with the
 manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips finished steps
 and, because every step is deterministic, ends byte-identical.
 """
@@ -25,20 +25,20 @@ import numpy as np
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from export import __version__
-from export.build import BuildSpec, EpisodeWindows, build_episode
-from export.config import check_field_keys, image_options, stream_window, video_options
-from export.episodes import EpisodeLoader
-from export.errors import EpisodeError, UserError
-from export.executor import make_executor
-from export.fsio import fsync_write
-from export.oserrors import os_error, work_note
-from export.plan import assign_splits, key_prefixes, pack_shards, window_order
-from export.plausible import human_bytes
-from export.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
-from export.report import SplitStats, build_manifest, report_warnings
-from export.store import StoreSchema, fingerprint, invalid_utf8_row, open_store
-from reader.format import END_OF_ARCHIVE
+from robowds.export import __version__
+from robowds.export.job.build import BuildSpec, EpisodeWindows, build_episode
+from robowds.export.job.config import check_field_keys, image_options, stream_window, video_options
+from robowds.export.store.episodes import EpisodeLoader
+from robowds.export.errors import EpisodeError, UserError
+from robowds.export.job.executor import make_executor
+from robowds.export.job.fsio import fsync_write
+from robowds.export.job.oserrors import os_error, work_note
+from robowds.export.core.shard_plan import assign_splits, key_prefixes, pack_shards, window_order
+from robowds.export.core.plausible import human_bytes
+from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
+from robowds.export.job.report import SplitStats, build_manifest, report_warnings
+from robowds.export.store.schema import StoreSchema, fingerprint, invalid_utf8_row, open_store
+from robowds.reader.format import END_OF_ARCHIVE
 
 WORK_DIR = ".robowds-work"
 EPISODES_PER_TASK = 8

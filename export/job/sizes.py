@@ -1,11 +1,11 @@
 """How many bytes an episode's windows will take, before any is built: the export's runaway and disk
-checks (`export/plausible.py`) compare this against the source data and the free disk space. Pure."""
+checks (`export/core/plausible.py`) compare this against the source data and the free disk space. Pure."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from export.episodes import EpisodeData
+from robowds.export.store.episodes import EpisodeData
 
 TAR_HEADER = 512  # a tar member: this header, then its payload padded to 512-byte blocks
 NPY_HEADER = 128  # at least, for the arrays a window holds

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from export.errors import UserError
-from export.geometry import Crop
-from export.images import IMAGE_ENCODINGS, ImageOptions
-from export.resample import METHODS
-from export.video_windows import ENCODINGS as VIDEO_ENCODINGS
-from export.video_windows import VideoOptions
-from export.yamlio import YamlError, load_file, load_text
+from robowds.export.errors import UserError
+from robowds.export.media.geometry import Crop
+from robowds.export.media.images import IMAGE_ENCODINGS, ImageOptions
+from robowds.export.core.resample import METHODS
+from robowds.export.media.video_windows import ENCODINGS as VIDEO_ENCODINGS
+from robowds.export.media.video_windows import VideoOptions
+from robowds.export.store.yamlio import YamlError, load_file, load_text
 
 DEFAULTS: dict[str, Any] = {
     "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "max_gap_factor": 2.5,     # default max_gap = factor x median sample period of the stream
     "float_dtype": "float32",  # dtype of interpolated (linear/slerp) fields
     "on_bad_episode": "fail",  # fail | skip (skipped episodes are listed in the report)
-    "max_episode_s": 86400.0,  # longer episodes are refused: a unit or end_s mistake (export/plausible.py)
+    "max_episode_s": 86400.0,  # longer episodes are refused: a unit or end_s mistake (export/core/plausible.py)
 }
 
 PADS = ("zero", "edge")

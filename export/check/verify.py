@@ -18,9 +18,9 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from export.publish import load_finished_manifest
-from reader.format import ShardFormatError, decode_npy, group_samples, iter_members
-from reader.manifest import ShardInfo, shards_of
+from robowds.export.job.publish import load_finished_manifest
+from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
+from robowds.reader.manifest import ShardInfo, shards_of
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
 
@@ -60,7 +60,7 @@ def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str
         if kind == "video":
             expected |= {spec["member"], spec["mask_member"]}
             try:
-                from reader.decode import decode_member
+                from robowds.reader.decode import decode_member
                 frames = decode_member(spec["member"].split(".", 1)[1], members[spec["member"]])
                 mask = decode_npy(members[spec["mask_member"]])
             except (KeyError, ValueError, OSError) as exc:
@@ -175,7 +175,7 @@ def verify_export(out: Path, store: Path | None = None, check_windows: int = 32,
     for split, shard in tqdm(jobs, desc="verify", unit="shard", disable=not progress):
         _check_shard(out, split, shard, manifest["schema"], result, keys)
     if store is not None and result.ok:
-        from export.recompute import recompute_windows
+        from robowds.export.check.recompute import recompute_windows
 
         recompute_windows(out, manifest, Path(store), check_windows, seed, result)
     return result

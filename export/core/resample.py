@@ -100,7 +100,7 @@ def clean_stream(raw: np.ndarray, method: str = "linear", strict: bool = False) 
     """Clean a `[T, N+1]` array (column 0 = time in seconds) into a `Stream`.
 
     Integer-nanosecond clocks are converted before this, relative to an integer origin
-    (`export.episodes.ns_to_seconds`), so that distinct nanosecond times stay distinct in float64.
+    (`robowds.export.store.episodes.ns_to_seconds`), so that distinct nanosecond times stay distinct in float64.
     With `strict`, any repair other than dropping missing samples raises instead of being counted.
     """
     if raw.ndim != 2 or raw.shape[1] < 2:

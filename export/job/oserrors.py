@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from export.errors import UserError
+from robowds.export.errors import UserError
 
 RESUME = "re-run the same command: finished steps are kept and the result is byte-identical"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.resample import TIME_EPS
+from robowds.export.core.resample import TIME_EPS
 
 SELECTION_MODES = ("nearest", "causal")
 # a camera lacking frames (holes, truncation) for more than this share of an episode's steps inside

@@ -13,22 +13,22 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from export.config import StreamWindow
-from export.episodes import EpisodeData
-from export.errors import EpisodeError
-from export.extent import ExtentError, episode_extent
-from export.plausible import (MAX_EPISODE_S, DiskSpaceError, Implausible, extent_problem, period_problem,
+from robowds.export.job.config import StreamWindow
+from robowds.export.store.episodes import EpisodeData
+from robowds.export.errors import EpisodeError
+from robowds.export.core.extent import ExtentError, episode_extent
+from robowds.export.core.plausible import (MAX_EPISODE_S, DiskSpaceError, Implausible, extent_problem, period_problem,
                               size_problem, space_problem)
-from export.resample import Stream, StreamError, clean_stream, resample
-from export.sizes import source_bytes, window_bytes
-from export.stats import FieldStats, StatsError, merge_all
-from export.video import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
-from export.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
-from reader.format import encode_npy, encode_sample, mask_field
+from robowds.export.core.resample import Stream, StreamError, clean_stream, resample
+from robowds.export.job.sizes import source_bytes, window_bytes
+from robowds.export.core.stats import FieldStats, StatsError, merge_all
+from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
+from robowds.export.core.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
+from robowds.reader.format import encode_npy, encode_sample, mask_field
 
 if TYPE_CHECKING:
-    from export.images import ImageOptions
-    from export.video_windows import VideoOptions, VideoWindows
+    from robowds.export.media.images import ImageOptions
+    from robowds.export.media.video_windows import VideoOptions, VideoWindows
 
 CHUNK_ANCHORS = 1024
 VIDEO_CHUNK_ANCHORS = 64  # decoded frames held at once stay ~ (64 + window) per camera
@@ -54,7 +54,7 @@ class BuildSpec:
     clock_interpolation: str = "linear"
     videos: dict[str, tuple[StreamWindow, "VideoOptions"]] = field(default_factory=dict)
     images: dict[str, "ImageOptions"] = field(default_factory=dict)  # image field -> encoding (default original)
-    max_episode_s: float = MAX_EPISODE_S  # longer extents are refused (export/plausible.py)
+    max_episode_s: float = MAX_EPISODE_S  # longer extents are refused (export/core/plausible.py)
 
 
 @dataclass
@@ -94,11 +94,11 @@ def _refuse(data: EpisodeData, name: str | None, problem: Implausible | None) ->
 
 def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
                  cameras: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """[start, end] of the episode by the one rule of `export.extent` (validate uses it too), and the
+    """[start, end] of the episode by the one rule of `robowds.export.core.extent` (validate uses it too), and the
     resolution (s) of the clocks that gave them, for the grid count.
 
     The clock stream counts even when it is not exported (it is loaded for this alone). Implausible
-    sample periods and extents (`export.plausible`) are refused here, before any window exists."""
+    sample periods and extents (`robowds.export.core.plausible`) are refused here, before any window exists."""
     series = {n: (float(s.times[0]), float(s.times[-1])) for n, s in streams.items()}
     resolutions = [s.resolution for s in streams.values()]
     for name, stream in streams.items():
@@ -267,7 +267,7 @@ def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, fra
     stats["bytes"] += len(blob)
     stats["frames"] += len(frames)
     if sample_mask is not None:
-        from reader.decode import decode_member
+        from robowds.reader.decode import decode_member
         stored = decode_member(ext, blob)[sample_mask].astype(np.float64)  # [v, H, W, 3]
         stats["sq_error"] += float(((stored - frames[sample_mask].astype(np.float64)) ** 2).sum())
         stats["sq_count"] += int(stored.size)
@@ -278,12 +278,12 @@ def _psnr_db(squared_error: float, count: int) -> float | None:
     """PSNR in dB of the pooled squared error (None when no real frame was sampled; 100 if lossless)."""
     if not count:
         return None
-    from export.clips import psnr_of_mse
+    from robowds.export.media.clips import psnr_of_mse
     return round(psnr_of_mse(squared_error / count), 3)
 
 
 def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"]:
-    from export.video_windows import VideoWindows
+    from robowds.export.media.video_windows import VideoWindows
 
     cameras = {}
     for name, (_, options) in spec.videos.items():
@@ -315,7 +315,7 @@ def _static_members(data: EpisodeData, spec: BuildSpec) -> dict[str, bytes]:
 
 def _image_member(data: EpisodeData, spec: BuildSpec, name: str) -> tuple[str, bytes]:
     """(extension, bytes) of an image field: the stored bytes, or re-encoded per `streams.<name>`."""
-    from export.images import ImageOptions, encode_image
+    from robowds.export.media.images import ImageOptions, encode_image
 
     blob, ext = data.images[name]
     options = spec.images.get(name, ImageOptions())

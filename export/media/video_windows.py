@@ -14,10 +14,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from export.clips import AV1_MIN_SIZE, encode_av1, encode_jpegs, encode_mp4
-from export.extent import in_segment, segment_frames, segment_span
-from export.geometry import Crop, CropError, crop_box, output_size
-from export.video import VideoError, VideoSizeError, probe_video, select_frames
+from robowds.export.media.clips import AV1_MIN_SIZE, encode_av1, encode_jpegs, encode_mp4
+from robowds.export.core.extent import in_segment, segment_frames, segment_span
+from robowds.export.media.geometry import Crop, CropError, crop_box, output_size
+from robowds.export.media.frames import VideoError, VideoSizeError, probe_video, select_frames
 
 ENCODINGS = ("raw", "jpg", "mp4", "av1")
 MEMBER_EXT = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4", "av1": "mp4"}  # reader decodes .mp4 via PyAV
@@ -41,7 +41,7 @@ class VideoWindows:
         self.start_s = float(meta.get("start_s") or 0.0)
         self.end_s = None if meta.get("end_s") is None else float(meta["end_s"])
         self.offset_s = float(meta.get("clock_offset_s") or 0.0)
-        # frames [lo, hi) of the file are this episode's: the segment is half-open (export/extent.py)
+        # frames [lo, hi) of the file are this episode's: the segment is half-open (export/core/extent.py)
         self._lo, self._hi = segment_frames(self.info.pts, self.start_s, self.end_s)
         if self._hi <= self._lo:
             raise VideoError(f"its segment [{self.start_s}, {self.end_s}) s holds no frame (the file's frames "
@@ -202,7 +202,7 @@ class VideoWindows:
         """One window's frames [n, H, W, 3] as a member (suffix without the field name, bytes)."""
         encoding = self.options.encoding
         if encoding == "raw":
-            from reader.format import encode_npy
+            from robowds.reader.format import encode_npy
             return MEMBER_EXT[encoding], encode_npy(frames)
         if encoding == "mp4":
             return MEMBER_EXT[encoding], encode_mp4(frames, rate_hz)

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from export.errors import UserError
+from robowds.export.errors import UserError
 
 
 def _add_export_args(p: argparse.ArgumentParser) -> None:
@@ -38,8 +38,8 @@ def _export_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from export.config import load_config
-    from export.job import run_export
+    from robowds.export.job.config import load_config
+    from robowds.export.job.run import run_export
 
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
@@ -51,7 +51,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from export.synth import write_synthetic_store
+    from robowds.export.cli.synth import write_synthetic_store
 
     try:
         summary = write_synthetic_store(args.store, episodes=args.episodes, seed=args.seed)
@@ -62,7 +62,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from export.validate import validate_store
+    from robowds.export.store.validate import validate_store
 
     if not args.max_episode_s > 0:
         raise UserError(f"--max-episode-s must be a positive number of seconds, got {args.max_episode_s:g}")
@@ -72,7 +72,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from export.verify import verify_export
+    from robowds.export.check.verify import verify_export
 
     if args.check_windows < 0:
         raise UserError(f"--check-windows must be >= 0, got {args.check_windows}",
@@ -86,7 +86,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from export.inspect_window import load_window, render_png, summary
+    from robowds.export.cli.inspect_window import load_window, render_png, summary
 
     if args.key is None and args.index is None:
         args.index = 0
@@ -99,7 +99,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from export.demo import run_demo
+    from robowds.export.cli.demo import run_demo
 
     if args.episodes < 1 or args.workers < 1:
         raise UserError(f"--episodes and --workers must be >= 1, got {args.episodes} and {args.workers}",
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robowds {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # a path the user gave: missing, a folder, read-only, disk full (export wraps its own)
-        from export.oserrors import os_error
+        from robowds.export.job.oserrors import os_error
 
         error = os_error(exc, args.command)
         print(f"robowds {args.command}: error: {error}", file=sys.stderr)

@@ -7,21 +7,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from export import __version__
-from export.build import output_dtype
-from export.clips import MP4_CODEC
-from export.errors import UserError
-from export.geometry import configured_size
-from export.stats import FieldStats, StatsAccumulator
-from export.validate import FPS_TOLERANCE
-from export.video_windows import MEMBER_EXT
-from reader.format import mask_field
-from reader.manifest import FORMAT, FORMAT_VERSION
+from robowds.export import __version__
+from robowds.export.job.build import output_dtype
+from robowds.export.media.clips import MP4_CODEC
+from robowds.export.errors import UserError
+from robowds.export.media.geometry import configured_size
+from robowds.export.core.stats import FieldStats, StatsAccumulator
+from robowds.export.store.validate import FPS_TOLERANCE
+from robowds.export.media.video_windows import MEMBER_EXT
+from robowds.reader.format import mask_field
+from robowds.reader.manifest import FORMAT, FORMAT_VERSION
 
 if TYPE_CHECKING:
-    from export.images import ImageOptions
-    from export.job import JobSpec
-    from export.store import StoreSchema
+    from robowds.export.media.images import ImageOptions
+    from robowds.export.job.run import JobSpec
+    from robowds.export.store.schema import StoreSchema
 
 
 VIDEO_CODECS = {"mp4": MP4_CODEC, "av1": "av1", "jpg": "jpeg"}  # raw has none

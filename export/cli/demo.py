@@ -6,12 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
-from export.config import load_config
-from export.errors import UserError
-from export.job import run_export
-from export.synth import write_synthetic_store
-from export.validate import validate_store
-from export.verify import verify_export
+from robowds.export.job.config import load_config
+from robowds.export.errors import UserError
+from robowds.export.job.run import run_export
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.store.validate import validate_store
+from robowds.export.check.verify import verify_export
 
 
 def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:
@@ -45,7 +45,7 @@ def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:
 
 
 def _read_and_resume(out: Path) -> int:
-    from reader import ShardDataset, ShardLoader
+    from robowds.reader import ShardDataset, ShardLoader
 
     def loader() -> ShardLoader:
         return ShardLoader(ShardDataset(out, "train", seed=0), batch_size=32, num_workers=2)

@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from export.build import EpisodeWindows, build_episode
-from export.config import DEFAULTS, STREAM_KEYS
-from export.episodes import EpisodeLoader
-from export.errors import EpisodeError
-from export.job import resolve
-from export.store import fingerprint
-from reader.format import read_sample
-from reader.manifest import shards_of
+from robowds.export.job.build import EpisodeWindows, build_episode
+from robowds.export.job.config import DEFAULTS, STREAM_KEYS
+from robowds.export.store.episodes import EpisodeLoader
+from robowds.export.errors import EpisodeError
+from robowds.export.job.run import resolve
+from robowds.export.store.schema import fingerprint
+from robowds.reader.format import read_sample
+from robowds.reader.manifest import shards_of
 
 if TYPE_CHECKING:
-    from export.verify import VerifyResult
+    from robowds.export.check.verify import VerifyResult
 
 
 def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:

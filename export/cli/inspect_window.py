@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from export.errors import UserError
-from export.publish import load_finished_manifest
-from reader.decode import decode_sample
-from reader.format import read_sample
-from reader.manifest import ManifestError, shards_of
+from robowds.export.errors import UserError
+from robowds.export.job.publish import load_finished_manifest
+from robowds.reader.decode import decode_sample
+from robowds.reader.format import read_sample
+from robowds.reader.manifest import ManifestError, shards_of
 
 
 def load_window(out: Path, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:

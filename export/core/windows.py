@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from export.config import StreamWindow
+from robowds.export.job.config import StreamWindow
 
 
 def grid_frame_count(start: float, end: float, fps: float, resolution: float = 0.0) -> int:

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from export.errors import EpisodeError
-from export.store import FieldSpec, StoreSchema, media_hint, safe_media_path
+from robowds.export.errors import EpisodeError
+from robowds.export.store.schema import FieldSpec, StoreSchema, media_hint, safe_media_path
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
 

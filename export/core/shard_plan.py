@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from export.errors import UserError
+from robowds.export.errors import UserError
 
 KEY_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 KEY_PREFIX_MAX = 40

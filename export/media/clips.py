@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from export.images import JPEG_QUALITY, jpeg_bytes
+from robowds.export.media.images import JPEG_QUALITY, jpeg_bytes
 
 MP4_CODEC = "mpeg4"  # FFmpeg's MPEG-4 part 2: bit-exact with the flags below
 MP4_BITS_PER_PIXEL = 0.6
