@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from robowds.export.job.config import DEFAULTS, StreamWindow, load_config, stream_window
+from robowds.export.core.windows import StreamWindow
+from robowds.export.job.config import DEFAULTS, load_config, stream_window
 from robowds.export.errors import UserError
 
 

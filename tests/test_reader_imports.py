@@ -10,7 +10,6 @@ own interpreter. The names come from README.md itself, so a newly documented one
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import subprocess
 import sys

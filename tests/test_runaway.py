@@ -142,7 +142,7 @@ def test_episode_larger_than_the_free_disk_stops_the_export(tmp_path: Path, caps
     re-run after freeing space builds them."""
     store = _store(tmp_path / "s", seconds=20.0)
     out = tmp_path / "out"
-    monkeypatch.setattr("robowds.export.job.run.shutil.disk_usage", lambda path: Usage(10**9, 10**9 - 50_000, 50_000))
+    monkeypatch.setattr("robowds.export.job.stage.shutil.disk_usage", lambda path: Usage(10**9, 10**9 - 50_000, 50_000))
     err = _refused(main(_export(store, out, "on_bad_episode=skip")), capsys, out)
     assert err.startswith("robowds export: error: episode 'ep0': would write 200 windows of at least 3.1 KB each = "
                           "614.4 KB, but the output disk has 50.0 KB free\n  fix: free disk space and re-run the same "
@@ -170,7 +170,7 @@ def test_shards_larger_than_the_free_disk_are_refused_before_the_reduce(
     total = sum(p.stat().st_size for p in shards)
     out = tmp_path / "out"
     free = total // 2
-    monkeypatch.setattr("robowds.export.job.run.shutil.disk_usage", lambda path: Usage(10**9, 10**9 - free, free))
+    monkeypatch.setattr("robowds.export.job.shards.shutil.disk_usage", lambda path: Usage(10**9, 10**9 - free, free))
     err = capsys.readouterr().err
     assert main(_export(store, out)) == 2
     err = capsys.readouterr().err

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from robowds.export.job.build import BuildSpec, EpisodeWindows, build_episode
-from robowds.export.job.config import StreamWindow
+from robowds.export.core.windows import StreamWindow
 from robowds.export.store.episodes import EpisodeData
 from robowds.export.core.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
 from robowds.reader.format import decode_npy, group_samples, iter_members

@@ -7,21 +7,19 @@ that does not come out byte-identical means the store changed, or the shard did.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from robowds.export.check.result import VerifyResult
 from robowds.export.job.build import EpisodeWindows, build_episode
 from robowds.export.job.config import DEFAULTS, STREAM_KEYS
 from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.errors import EpisodeError
-from robowds.export.job.run import resolve
+from robowds.export.job.spec import resolve
 from robowds.export.store.schema import fingerprint
 from robowds.reader.format import read_sample
 from robowds.reader.manifest import shards_of
-
-if TYPE_CHECKING:
-    from robowds.export.check.verify import VerifyResult
 
 
 def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -35,7 +33,7 @@ def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: int, seed: int,
-                      result: "VerifyResult") -> None:
+                      result: VerifyResult) -> None:
     if fingerprint(store) != manifest["source"]["fingerprint"]:
         result.failures.append(f"store {store} changed since the export (fingerprint differs); "
                                "recomputed windows are not expected to match")

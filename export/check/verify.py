@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +17,12 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from robowds.export.check.result import VerifyResult
 from robowds.export.job.publish import load_finished_manifest
 from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
 from robowds.reader.manifest import ShardInfo, shards_of
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
-
-
-@dataclass
-class VerifyResult:
-    shards: int = 0
-    samples: int = 0
-    recomputed: int = 0
-    failures: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def render(self) -> str:
-        head = (f"verified {self.shards} shards, {self.samples} samples"
-                + (f", {self.recomputed} windows recomputed from the store" if self.recomputed else ""))
-        if self.ok:
-            return head + ": OK"
-        shown = "\n  ".join(self.failures[:50])
-        more = f"\n  ... and {len(self.failures) - 50} more" if len(self.failures) > 50 else ""
-        return f"{head}: {len(self.failures)} problem(s)\n  {shown}{more}"
 
 
 def _fits(shape: tuple[int, ...], schema_shape: list[int | None]) -> bool:

@@ -62,7 +62,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from robowds.export.core.buckets import (BINADE_BUCKETS, DIM_SHIFT, GROUP_SHIFT, bucket_of, bucket_quantile, key_order,
+from robowds.export.core.buckets import (DIM_SHIFT, GROUP_SHIFT, bucket_of, bucket_quantile, key_order,
                             normalise, raw_keys, resolution)
 
 QUANTILES = {"q01": 0.01, "q99": 0.99}

@@ -9,10 +9,23 @@ never accumulated, so windows of one anchor are identical however the anchors ar
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from robowds.export.job.config import StreamWindow
+
+@dataclass(frozen=True)
+class StreamWindow:
+    """How one time-series field is windowed: `steps` samples at `rate_hz` from anchor + `offset_s`."""
+
+    rate_hz: float
+    duration_s: float
+    offset_s: float
+    pad: str
+    steps: int
+    max_gap_s: float | None
+    interpolation: str
+
 
 
 def grid_frame_count(start: float, end: float, fps: float, resolution: float = 0.0) -> int:

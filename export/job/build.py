@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from robowds.export.job.config import StreamWindow
+from robowds.export.core.windows import StreamWindow
 from robowds.export.store.episodes import EpisodeData
 from robowds.export.errors import EpisodeError
 from robowds.export.core.extent import ExtentError, episode_extent

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,6 +15,7 @@ from robowds.export.errors import UserError
 from robowds.export.media.geometry import Crop
 from robowds.export.media.images import IMAGE_ENCODINGS, ImageOptions
 from robowds.export.core.resample import METHODS
+from robowds.export.core.windows import StreamWindow
 from robowds.export.media.video_windows import ENCODINGS as VIDEO_ENCODINGS
 from robowds.export.media.video_windows import VideoOptions
 from robowds.export.store.yamlio import YamlError, load_file, load_text
@@ -276,19 +276,6 @@ def image_options(config: Mapping[str, Any], field: str) -> ImageOptions:
         raise UserError(f"config {where} sets resize/crop with encoding original (the stored bytes, unchanged)",
                         hint=f"set {where}.encoding to png (lossless) or jpg")
     return ImageOptions(encoding=encoding, resize=resize, crop=crop)
-
-
-@dataclass(frozen=True)
-class StreamWindow:
-    """How one time-series field is windowed: `steps` samples at `rate_hz` from anchor + `offset_s`."""
-
-    rate_hz: float
-    duration_s: float
-    offset_s: float
-    pad: str
-    steps: int
-    max_gap_s: float | None
-    interpolation: str
 
 
 def stream_window(config: Mapping[str, Any], field: str, interpolation: str,

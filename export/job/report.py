@@ -20,7 +20,7 @@ from robowds.reader.manifest import FORMAT, FORMAT_VERSION
 
 if TYPE_CHECKING:
     from robowds.export.media.images import ImageOptions
-    from robowds.export.job.run import JobSpec
+    from robowds.export.job.spec import JobSpec
     from robowds.export.store.schema import StoreSchema
 
 

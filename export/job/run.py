@@ -2,65 +2,38 @@
 
 Atomicity and resume: every step's output appears under its final name by rename after fsync, and a
 step is done iff that name exists. Everything up to publish lives in `OUT/.robowds-work/` (keyed by a
-job id over the store fingerprint and the resolved config): staged episodes, and finished shards in
-`ready/`, so an export already in OUT stays intact and readable while the new one is built. Publish
-(`export/job/publish.py`) then moves the new export into place by a journaled sequence of renames with the
-manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips finished steps
-and, because every step is deterministic, ends byte-identical.
+job id over the store fingerprint and the resolved config): staged episodes (`stage.py`), and finished
+shards in `ready/` (`shards.py`), so an export already in OUT stays intact and readable while the new
+one is built. Publish (`publish.py`) then moves the new export into place by a journaled sequence of
+renames with the manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips
+finished steps and, because every step is deterministic, ends byte-identical.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-import msgpack
-import numpy as np
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from robowds.export import __version__
-from robowds.export.job.build import BuildSpec, EpisodeWindows, build_episode
-from robowds.export.job.config import check_field_keys, image_options, stream_window, video_options
-from robowds.export.store.episodes import EpisodeLoader
-from robowds.export.errors import EpisodeError, UserError
+from robowds.export.errors import UserError
 from robowds.export.job.executor import make_executor
 from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
-from robowds.export.core.shard_plan import assign_splits, key_prefixes, pack_shards, window_order
-from robowds.export.core.plausible import human_bytes
 from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
 from robowds.export.job.report import SplitStats, build_manifest, report_warnings
-from robowds.export.store.schema import StoreSchema, fingerprint, invalid_utf8_row, open_store
-from robowds.reader.format import END_OF_ARCHIVE
+from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
+from robowds.export.job.spec import JobSpec, resolve
+from robowds.export.job.stage import load_record, stage_episodes
+from robowds.export.store.schema import fingerprint
 
 WORK_DIR = ".robowds-work"
 EPISODES_PER_TASK = 8
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """Everything a map task needs; picklable and identical for every worker."""
-
-    schema: StoreSchema
-    build: BuildSpec
-    fields: tuple[str, ...]
-    work: str
-    prefixes: dict[str, str]
-    splits: dict[str, str]
-    index: dict[str, int]
-
-    @property
-    def load_fields(self) -> list[str]:
-        """Fields to read per episode: the exported ones plus the clock, which defines the extent."""
-        clock = self.build.clock
-        return [*self.fields, clock] if clock is not None and clock not in self.fields else list(self.fields)
 
 
 @dataclass(frozen=True)
@@ -85,196 +58,6 @@ class Summary:
         return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
                 f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}{warning}")
 
-
-def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any]]:
-    """Open the store and resolve the config against it (the plan's pure part)."""
-    schema = open_store(store)
-    schema.raise_if_errors()
-    include = config["include"]
-    unknown = set(include or []) | set(config["exclude"]) | set(config["streams"])
-    unknown -= set(schema.fields)
-    if unknown:
-        raise UserError(f"config names field(s) the store does not have: {sorted(unknown)}",
-                        hint=f"fields: {', '.join(sorted(schema.fields))}")
-    fields = [f for f in sorted(schema.fields) if (include is None or f in include) and f not in config["exclude"]]
-    windows, videos, images = {}, {}, {}
-    for name in fields:
-        spec = schema.fields[name]
-        check_field_keys(config, name, spec.kind)
-        if spec.kind == "timeseries":
-            windows[name] = stream_window(config, name, spec.interpolation or "linear", spec.max_gap_s)
-        elif spec.kind == "video":
-            videos[name] = (stream_window(config, name, "nearest", None), video_options(config, name))
-        elif spec.kind == "image":
-            images[name] = image_options(config, name)
-    if not windows and not fields:
-        raise UserError("nothing to export: no fields selected", hint="check include/exclude")
-    resolved = dict(config)
-    resolved["streams"] = {n: w.__dict__ for n, w in windows.items()}
-    resolved["videos"] = {n: {**w.__dict__, **o.__dict__} for n, (w, o) in videos.items()}
-    resolved["images"] = {n: o.__dict__ for n, o in images.items()}
-    build = BuildSpec(fps=float(config["fps"]), stride=int(config["stride"]),
-                      min_valid_fraction=float(config["min_valid_fraction"]), float_dtype=config["float_dtype"],
-                      strict_timestamps=config["timestamps"] == "reject", max_gap_factor=float(config["max_gap_factor"]),
-                      windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
-                      static_fields=tuple(f for f in fields if f not in windows and f not in videos),
-                      videos=videos, images=images,
-                      clock=schema.clock, max_episode_s=float(config["max_episode_s"]),
-                      clock_interpolation=schema.fields[schema.clock].interpolation or "linear" if schema.clock else "linear")
-    declared = _declared_splits(schema)
-    splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
-    job = JobSpec(schema=schema, build=build, fields=tuple(fields), work="", prefixes=key_prefixes(schema.episode_ids),
-                  splits=splits, index={ep: i for i, ep in enumerate(schema.episode_ids)})
-    return job, resolved
-
-
-def _declared_splits(schema: StoreSchema) -> dict[str, str]:
-    table = schema.reserved.get("split")
-    if table is None:
-        return {}
-    data = pq.read_table(schema.root / table, columns=["episode_id", "split"])
-    try:
-        cols = data.to_pydict()
-    except UnicodeDecodeError as exc:  # open_store checked the ids, so it is the split column
-        row = invalid_utf8_row(data.column("split"))
-        raise UserError(f"table {table}: split of row {row} is not valid UTF-8 text",
-                        hint="write the split column as UTF-8 strings") from exc
-    return {str(e): str(s) for e, s in zip(cols["episode_id"], cols["split"]) if s is not None}
-
-
-# ----------------------------------------------------------------------------------------------- map
-
-def _episode_paths(work: Path, index: int) -> tuple[Path, Path]:
-    return work / f"ep-{index:06d}.bin", work / f"ep-{index:06d}.rec"
-
-
-def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
-    """Map task: build and stage the windows of a batch of episodes (skipping staged ones)."""
-    job, episode_ids = args
-    work = Path(job.work)
-    todo = [ep for ep in episode_ids if not _episode_paths(work, job.index[ep])[1].exists()]
-    for ep, data in zip(todo, EpisodeLoader(job.schema, job.load_fields).load(todo)):
-        bin_path, rec_path = _episode_paths(work, job.index[ep])
-        record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None}
-        windows = EpisodeWindows()
-        try:
-            if isinstance(data, EpisodeError):
-                raise data
-            meta = {"episode_id": ep, "split": job.splits[ep]}
-            tmp = bin_path.with_name(f"{bin_path.name}.tmp-{os.getpid()}")
-            sizes = []
-            free = shutil.disk_usage(work).free  # the planned windows are checked against it first
-            with open(tmp, "wb") as fh:
-                for blob in build_episode(data, job.build, job.prefixes[ep], meta, windows, free_bytes=free):
-                    fh.write(blob)
-                    sizes.append(len(blob))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, bin_path)
-            record.update(anchors=np.asarray(windows.anchors, np.int64).tobytes(),
-                          sizes=np.asarray(sizes, np.int64).tobytes(), report=windows.report,
-                          stats={n: (s.to_state() if s else None) for n, s in windows.stats.items()})
-        except EpisodeError as exc:
-            record["error"] = {"field": exc.field, "message": exc.reason, "hint": exc.hint}
-        fsync_write(rec_path, msgpack.packb(record, use_bin_type=True))
-    return episode_ids
-
-
-def _load_record(work: Path, index: int) -> dict[str, Any]:
-    return msgpack.unpackb(_episode_paths(work, index)[1].read_bytes(), raw=False)
-
-
-# -------------------------------------------------------------------------------------------- reduce
-
-@dataclass(frozen=True)
-class ShardTask:
-    work: str
-    split: str
-    path: str  # relative to out
-    entries: np.ndarray  # [S, 3] int64: episode index, byte offset in its staging file, size
-
-
-def write_shard(task: ShardTask) -> dict[str, Any]:
-    """Reduce task: copy the shard's samples from staging, in order, into its tar in `work/ready/`.
-
-    Not into OUT: a shard of the same name in the export being replaced stays intact until publish.
-    """
-    work = Path(task.work)
-    final = work / READY / task.path
-    rec_path = work / "shards" / (task.path.replace("/", "__") + ".json")
-    if final.exists() and rec_path.exists():
-        record = json.loads(rec_path.read_text())
-        if final.stat().st_size == record["bytes"]:
-            return record
-    digest, offsets, pos = hashlib.sha256(), [], 0
-    tmp = work / "tmp" / f"{task.path.replace('/', '__')}.tmp-{os.getpid()}"
-    handles: dict[int, int] = {}
-    try:
-        with open(tmp, "wb") as fh:
-            for ep_index, offset, size in task.entries.tolist():
-                if ep_index not in handles:
-                    handles[ep_index] = os.open(_episode_paths(work, ep_index)[0], os.O_RDONLY)
-                blob = os.pread(handles[ep_index], size, offset)
-                if len(blob) != size:
-                    raise RuntimeError(f"staging file of episode {ep_index} is truncated; delete {work} and re-run")
-                offsets.append(pos)
-                fh.write(blob)
-                digest.update(blob)
-                pos += size
-            fh.write(END_OF_ARCHIVE)
-            digest.update(END_OF_ARCHIVE)
-            fh.flush()
-            os.fsync(fh.fileno())
-    finally:
-        for fd in handles.values():
-            os.close(fd)
-    record = {"path": task.path, "samples": len(offsets), "bytes": pos + len(END_OF_ARCHIVE),
-              "sha256": digest.hexdigest(), "offsets": offsets}
-    fsync_write(rec_path, json.dumps(record).encode())
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, final)
-    return record
-
-
-def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any],
-                episode_of: dict[str, int]) -> list[ShardTask]:
-    """Order every split's windows and cut them into shards (pure given the staged sizes)."""
-    tasks = []
-    for split in sorted({r["split"] for r in records}):
-        members = [r for r in records if r["split"] == split]
-        sizes = [np.frombuffer(r["sizes"], np.int64) for r in members]
-        counts = np.asarray([len(s) for s in sizes], np.int64)
-        flat_sizes = np.concatenate([np.zeros(0, np.int64), *sizes])  # [W] in canonical order
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)  # [E] first window's index
-        before = flat_sizes.cumsum() - flat_sizes  # [W] bytes before each window, all episodes
-        within_offsets = before - np.repeat(np.append(before, flat_sizes.sum())[first], counts)  # in its file
-        order = window_order(counts.tolist(), int(config["seed"]), split, bool(config["shuffle"]))  # [W, 2]
-        flat = first[order[:, 0]] + order[:, 1] if len(order) else np.zeros(0, np.int64)
-        ep_idx = np.asarray([episode_of[r["episode_id"]] for r in members], np.int64)
-        entries = np.stack([ep_idx[order[:, 0]] if len(order) else np.zeros(0, np.int64),
-                            within_offsets[flat], flat_sizes[flat]], axis=1)  # [W, 3]
-        shard = config["shard"]
-        bounds = pack_shards(entries[:, 2].tolist(), int(shard["max_samples"]), int(shard["max_bytes"]),
-                             len(END_OF_ARCHIVE))
-        for n, (lo, hi) in enumerate(bounds):
-            tasks.append(ShardTask(str(work), split, f"{split}/shard-{n:06d}.tar", entries[lo:hi]))
-    return tasks
-
-
-def _check_shard_space(work: Path, tasks: list[ShardTask]) -> None:
-    """Refuse before the reduce when the shards (a copy of the staged windows, which stay until publish)
-    cannot fit on the output disk; shards already in `ready/` need no more room."""
-    needed = sum(int(t.entries[:, 2].sum()) + len(END_OF_ARCHIVE) for t in tasks
-                 if not (work / READY / t.path).exists())
-    free = shutil.disk_usage(work).free
-    if needed > free:
-        raise UserError(f"writing the shards needs {human_bytes(needed)} on the disk of {work.parent}, "
-                        f"but it has {human_bytes(free)} free",
-                        hint="free disk space and re-run the same command (staged episodes are kept), or "
-                             "choose an output folder on a larger disk")
-
-
-# ------------------------------------------------------------------------------------------------ job
 
 def _job_id(fingerprint_hex: str, resolved: dict[str, Any]) -> str:
     doc = json.dumps({"source": fingerprint_hex, "config": resolved, "tool": __version__}, sort_keys=True)
@@ -361,7 +144,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
             for done in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
                 bar.update(len(done))
         split_stats = SplitStats()  # statistics folded record by record: not all episodes' at once
-        records = [split_stats.fold(_load_record(work, job.index[ep])) for ep in ids]
+        records = [split_stats.fold(load_record(work, job.index[ep])) for ep in ids]
         failed = [r for r in records if r["error"]]
         if failed and config["on_bad_episode"] == "fail":
             listed = "\n  ".join(f"episode {r['episode_id']!r}" + (f", field {r['error']['field']!r}" if
@@ -372,7 +155,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
                                                     "to leave them out"]))
         good = [r for r in records if not r["error"]]
         tasks = plan_shards(work, good, config, job.index)
-        _check_shard_space(work, tasks)
+        check_shard_space(work, tasks)
         shard_records: dict[str, dict[str, Any]] = {}
         with tqdm(total=len(tasks), desc="shards", unit="shard", disable=not progress) as bar:
             for rec in executor.map_unordered(write_shard, tasks):

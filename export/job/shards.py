@@ -1,0 +1,114 @@
+"""The reduce step: order each split's staged windows, cut them into shards, and write each shard.
+
+A shard's bytes are written here (`write_shard`): the samples copied in order from the staging files
+into `work/ready/<split>/shard-NNNNNN.tar`, sha256 taken on the way. `plan_shards` is pure given the
+staged sizes; its arrays are O(windows of one split) int64, never the samples themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robowds.export.core.plausible import human_bytes
+from robowds.export.core.shard_plan import pack_shards, window_order
+from robowds.export.errors import UserError
+from robowds.export.job.fsio import fsync_write
+from robowds.export.job.publish import READY
+from robowds.export.job.stage import episode_paths
+from robowds.reader.format import END_OF_ARCHIVE
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    work: str
+    split: str
+    path: str  # relative to out
+    entries: np.ndarray  # [S, 3] int64: episode index, byte offset in its staging file, size
+
+
+def write_shard(task: ShardTask) -> dict[str, Any]:
+    """Reduce task: copy the shard's samples from staging, in order, into its tar in `work/ready/`.
+
+    Not into OUT: a shard of the same name in the export being replaced stays intact until publish.
+    """
+    work = Path(task.work)
+    final = work / READY / task.path
+    rec_path = work / "shards" / (task.path.replace("/", "__") + ".json")
+    if final.exists() and rec_path.exists():
+        record = json.loads(rec_path.read_text())
+        if final.stat().st_size == record["bytes"]:
+            return record
+    digest, offsets, pos = hashlib.sha256(), [], 0
+    tmp = work / "tmp" / f"{task.path.replace('/', '__')}.tmp-{os.getpid()}"
+    handles: dict[int, int] = {}
+    try:
+        with open(tmp, "wb") as fh:
+            for ep_index, offset, size in task.entries.tolist():
+                if ep_index not in handles:
+                    handles[ep_index] = os.open(episode_paths(work, ep_index)[0], os.O_RDONLY)
+                blob = os.pread(handles[ep_index], size, offset)
+                if len(blob) != size:
+                    raise RuntimeError(f"staging file of episode {ep_index} is truncated; delete {work} and re-run")
+                offsets.append(pos)
+                fh.write(blob)
+                digest.update(blob)
+                pos += size
+            fh.write(END_OF_ARCHIVE)
+            digest.update(END_OF_ARCHIVE)
+            fh.flush()
+            os.fsync(fh.fileno())
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+    record = {"path": task.path, "samples": len(offsets), "bytes": pos + len(END_OF_ARCHIVE),
+              "sha256": digest.hexdigest(), "offsets": offsets}
+    fsync_write(rec_path, json.dumps(record).encode())
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, final)
+    return record
+
+
+def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any],
+                episode_of: dict[str, int]) -> list[ShardTask]:
+    """Order every split's windows and cut them into shards (pure given the staged sizes)."""
+    tasks = []
+    for split in sorted({r["split"] for r in records}):
+        members = [r for r in records if r["split"] == split]
+        sizes = [np.frombuffer(r["sizes"], np.int64) for r in members]
+        counts = np.asarray([len(s) for s in sizes], np.int64)
+        flat_sizes = np.concatenate([np.zeros(0, np.int64), *sizes])  # [W] in canonical order
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)  # [E] first window's index
+        before = flat_sizes.cumsum() - flat_sizes  # [W] bytes before each window, all episodes
+        within_offsets = before - np.repeat(np.append(before, flat_sizes.sum())[first], counts)  # in its file
+        order = window_order(counts.tolist(), int(config["seed"]), split, bool(config["shuffle"]))  # [W, 2]
+        flat = first[order[:, 0]] + order[:, 1] if len(order) else np.zeros(0, np.int64)
+        ep_idx = np.asarray([episode_of[r["episode_id"]] for r in members], np.int64)
+        entries = np.stack([ep_idx[order[:, 0]] if len(order) else np.zeros(0, np.int64),
+                            within_offsets[flat], flat_sizes[flat]], axis=1)  # [W, 3]
+        shard = config["shard"]
+        bounds = pack_shards(entries[:, 2].tolist(), int(shard["max_samples"]), int(shard["max_bytes"]),
+                             len(END_OF_ARCHIVE))
+        for n, (lo, hi) in enumerate(bounds):
+            tasks.append(ShardTask(str(work), split, f"{split}/shard-{n:06d}.tar", entries[lo:hi]))
+    return tasks
+
+
+def check_shard_space(work: Path, tasks: list[ShardTask]) -> None:
+    """Refuse before the reduce when the shards (a copy of the staged windows, which stay until publish)
+    cannot fit on the output disk; shards already in `ready/` need no more room."""
+    needed = sum(int(t.entries[:, 2].sum()) + len(END_OF_ARCHIVE) for t in tasks
+                 if not (work / READY / t.path).exists())
+    free = shutil.disk_usage(work).free
+    if needed > free:
+        raise UserError(f"writing the shards needs {human_bytes(needed)} on the disk of {work.parent}, "
+                        f"but it has {human_bytes(free)} free",
+                        hint="free disk space and re-run the same command (staged episodes are kept), or "
+                             "choose an output folder on a larger disk")

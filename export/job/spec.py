@@ -1,0 +1,95 @@
+"""What one export job is: the store's schema and the config resolved against it (fields, windows,
+video and image options, splits, key prefixes). Computed once in the parent, pickled to every worker.
+
+`resolve` reads only the store's schema and its optional split table, so the map and reduce steps,
+the manifest assembly and `verify`'s recompute all start from the same JobSpec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from robowds.export.core.shard_plan import assign_splits, key_prefixes
+from robowds.export.errors import UserError
+from robowds.export.job.build import BuildSpec
+from robowds.export.job.config import check_field_keys, image_options, stream_window, video_options
+from robowds.export.store.schema import StoreSchema, invalid_utf8_row, open_store
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a map task needs; picklable and identical for every worker."""
+
+    schema: StoreSchema
+    build: BuildSpec
+    fields: tuple[str, ...]
+    work: str
+    prefixes: dict[str, str]
+    splits: dict[str, str]
+    index: dict[str, int]
+
+    @property
+    def load_fields(self) -> list[str]:
+        """Fields to read per episode: the exported ones plus the clock, which defines the extent."""
+        clock = self.build.clock
+        return [*self.fields, clock] if clock is not None and clock not in self.fields else list(self.fields)
+
+
+def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any]]:
+    """Open the store and resolve the config against it (the plan's pure part)."""
+    schema = open_store(store)
+    schema.raise_if_errors()
+    include = config["include"]
+    unknown = set(include or []) | set(config["exclude"]) | set(config["streams"])
+    unknown -= set(schema.fields)
+    if unknown:
+        raise UserError(f"config names field(s) the store does not have: {sorted(unknown)}",
+                        hint=f"fields: {', '.join(sorted(schema.fields))}")
+    fields = [f for f in sorted(schema.fields) if (include is None or f in include) and f not in config["exclude"]]
+    windows, videos, images = {}, {}, {}
+    for name in fields:
+        spec = schema.fields[name]
+        check_field_keys(config, name, spec.kind)
+        if spec.kind == "timeseries":
+            windows[name] = stream_window(config, name, spec.interpolation or "linear", spec.max_gap_s)
+        elif spec.kind == "video":
+            videos[name] = (stream_window(config, name, "nearest", None), video_options(config, name))
+        elif spec.kind == "image":
+            images[name] = image_options(config, name)
+    if not windows and not fields:
+        raise UserError("nothing to export: no fields selected", hint="check include/exclude")
+    resolved = dict(config)
+    resolved["streams"] = {n: w.__dict__ for n, w in windows.items()}
+    resolved["videos"] = {n: {**w.__dict__, **o.__dict__} for n, (w, o) in videos.items()}
+    resolved["images"] = {n: o.__dict__ for n, o in images.items()}
+    build = BuildSpec(fps=float(config["fps"]), stride=int(config["stride"]),
+                      min_valid_fraction=float(config["min_valid_fraction"]), float_dtype=config["float_dtype"],
+                      strict_timestamps=config["timestamps"] == "reject", max_gap_factor=float(config["max_gap_factor"]),
+                      windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
+                      static_fields=tuple(f for f in fields if f not in windows and f not in videos),
+                      videos=videos, images=images,
+                      clock=schema.clock, max_episode_s=float(config["max_episode_s"]),
+                      clock_interpolation=schema.fields[schema.clock].interpolation or "linear" if schema.clock else "linear")
+    declared = _declared_splits(schema)
+    splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
+    job = JobSpec(schema=schema, build=build, fields=tuple(fields), work="", prefixes=key_prefixes(schema.episode_ids),
+                  splits=splits, index={ep: i for i, ep in enumerate(schema.episode_ids)})
+    return job, resolved
+
+
+def _declared_splits(schema: StoreSchema) -> dict[str, str]:
+    table = schema.reserved.get("split")
+    if table is None:
+        return {}
+    data = pq.read_table(schema.root / table, columns=["episode_id", "split"])
+    try:
+        cols = data.to_pydict()
+    except UnicodeDecodeError as exc:  # open_store checked the ids, so it is the split column
+        row = invalid_utf8_row(data.column("split"))
+        raise UserError(f"table {table}: split of row {row} is not valid UTF-8 text",
+                        hint="write the split column as UTF-8 strings") from exc
+    return {str(e): str(s) for e, s in zip(cols["episode_id"], cols["split"]) if s is not None}
