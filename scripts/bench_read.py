@@ -1,6 +1,6 @@
-"""Read throughput of the robowds reader against plain webdataset and raw file reads, on the same shards.
+"""Read throughput of the robowds reader against webdataset (default and tuned), wids and same-work limits, on the same shards.
 
-    python scripts/bench_read.py                 # ~1-2 minutes on 2 cores
+    python scripts/bench_read.py                 # ~4 minutes on 2 cores
     python scripts/bench_read.py --profile       # + cProfile of our small-sample path
 
 What it does, in one run:
@@ -14,15 +14,32 @@ What it does, in one run:
    - large (~500 KB/sample): image excluded, a 100 s IMU window at 200 Hz (20000 x 6 float32 + a
      20000-step mask) per sample, anchors every `--large-stride` frames to bound the export.
    The actual bytes/sample (manifest shard bytes / samples) is printed for both.
-2. Reads every shard once to warm the page cache, then measures on the same shards:
-   - raw:     sequential `readinto` of every shard file in 1 MiB chunks (the disk/page-cache limit);
-   - wds:     `webdataset.WebDataset(urls, shardshuffle=<#shards>, seed=0).shuffle(1000, seed=0)
-              .decode()` (default handlers: .npy via np.load, .txt -> str, .json -> dict), iterated
-              in this process; then `.batched(32, collation_fn=reader.collate)` in this process and
-              under a `DataLoader(batch_size=None, num_workers=2)`;
+2. Reads every shard once to warm the page cache, asserts that every baseline below returns the same
+   arrays (dtype, shape, values), text and meta as ours for the first 4 samples of our plan (and prints
+   which of them hand out writable arrays), then measures on the same shards:
+   - raw:     sequential `readinto` of every shard file in 1 MiB chunks into one reused buffer (kept for
+              continuity with earlier runs; it is not the same work as any reader row);
+   - same-work limits, no reader, in our plan's order over the same byte ranges (offsets from the
+     manifest, computed untimed), each shard mapped or opened afresh per pass:
+     (a) map + touch one byte per 4 KiB page of each sample's byte range: the floor of a zero-copy
+         view reader (ours: `ShardDataset` samples);
+     (b) `os.preadv` of each sample into a fresh `np.empty`: the floor of a reader that hands out
+         owned arrays (webdataset, wids);
+     (c) each sample's arrays copied from the mapped shard into one preallocated, reused batch tensor
+         per field: the collation floor of every batched row;
+   - wds default: `webdataset.WebDataset(urls, shardshuffle=<#shards>, seed=0).shuffle(1000, seed=0)
+              .decode()` (webdataset's README pipeline: .npy via np.load, .txt -> str, .json -> dict);
+   - wds tuned: the same with `.shuffle(<64 MiB of samples>).map(TunedDecode())`: each `.npy` header
+              parsed once per member suffix, then `np.frombuffer`; meta/text decoded as ours does;
+   - wids:    `wids.ShardListDataset(<out>/train.wids.json)` (indexed random access, the export's index,
+              shards opened in place, one index per shard kept open) with `TunedDecode` as its
+              transformation, in `ShardListSampler` order (shards shuffled, then samples in each);
    - ours:    `ShardDataset(out, "train", seed=0)` iterated directly (samples), and
               `ShardLoader(ShardDataset(...), batch_size=32, num_workers=0 / 2)` (batches).
-   Both batched paths use the same collate (reader.collate), so they build identical batches.
+   webdataset is iterated in this process, `.batched(32, collation_fn=reader.collate)` in this process
+   and under `DataLoader(batch_size=None, num_workers=2)`; wids under `DataLoader(batch_size=32,
+   sampler=..., collate_fn=reader.collate, num_workers=0 / 2)`. Every batched path uses the same
+   collate, so they build identical batches.
    Sample-level loops touch one byte per 4 KiB page of every array of >= 4 KiB: our arrays are
    zero-copy views of the memory-mapped shard, and without this the large-sample row would not read
    the data at all. Batches need no touch: collate copies every array.
@@ -32,13 +49,16 @@ What it does, in one run:
    `load_state_dict` to the first batch is reported (num_workers 0 and 2; with 2 it includes starting
    the worker processes). It must not grow with the position.
 
+4. The time to build one epoch's plan (`robowds.reader.plan.rank_sequence`) for `--plan-samples` (10M) samples.
+
 How to read it: each measurement runs whole passes (a fresh iterator per pass, as an epoch would) until
 at least `--min-s` seconds have passed, stopping mid-pass at `--max-s`; the best of `--repeats` runs
 is kept. samples/s counts samples delivered (samples in batches for the batched rows); MB/s is
-payload = samples x manifest bytes/sample. `vs wds` = ours / the matching webdataset row (target: >= 2x
-on small samples); `vs raw` = MB/s / raw MB/s (target: >= 85% on large samples). With a warm page
-cache, "raw" is a memcpy from the page cache into one cache-resident, page-aligned 1 MiB buffer:
-an upper bound no per-sample reader reaches; against a cold disk or network the bound is far lower.
+payload = samples x manifest bytes/sample. `vs tuned` / `vs wids` = ours / the matching tuned
+webdataset / wids row (target: >= 2x tuned on small samples); `vs limit` = samples/s / the same-work
+limit's (named); `vs raw` = MB/s / raw MB/s. The limits are single-process; the workers=2 rows are
+compared with them too. With a warm page cache, "raw" is a memcpy from the page cache into one
+cache-resident, page-aligned 1 MiB buffer; against a cold disk or network every bound is far lower.
 The machine is noisy: repeat the run before trusting a difference under ~15%.
 """
 
@@ -49,7 +69,9 @@ import contextlib
 import cProfile
 import io
 import json
+import math
 import mmap
+import os
 import pstats
 import sys
 import tempfile
@@ -62,19 +84,25 @@ from typing import Any, Callable, Iterable, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import msgpack  # noqa: E402
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 import webdataset as wds  # noqa: E402
+import wids  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from robowds.export.cli.main import main as robowds_main  # noqa: E402
 from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
 from robowds.reader import ShardDataset, ShardLoader  # noqa: E402
 from robowds.reader.collation import collate  # noqa: E402
+from robowds.reader.format import BLOCK, iter_members, parse_npy_header  # noqa: E402
+from robowds.reader.plan import PlanSpec, rank_sequence  # noqa: E402
 
 PAGE = 4096
 CHUNK = 1 << 20
 BATCH = 32
-SHUFFLE_BUFFER = 1000
+SHUFFLE_BUFFER = 1000  # the default pipeline's, as in webdataset's README
+SHUFFLE_BYTES = 64 << 20  # the tuned pipeline's buffer, in bytes of samples (shuffle_buffer)
 ALL_BUT_JOINTS = "exclude=[overview,imu,orientation,gripper_cmd,actions]"
 
 
@@ -183,51 +211,315 @@ def raw_pass(urls: list[str]) -> Iterator[int]:
                 yield got
 
 
-def wds_samples(ex: Export) -> Any:
+def shuffle_buffer(per_sample: float) -> int:
+    """The tuned webdataset shuffle buffer: SHUFFLE_BYTES worth of samples (at least 16). A buffer counted
+    in samples is a memory budget that scales with the sample size: 1000 x 512 KB samples is 512 MB (the
+    whole large epoch here) and shuffle time grows with it, while 1000 x 4 KB buffers 4 MB. Sized by
+    bytes, 4 KB samples get ~16k (the whole small epoch) and 512 KB samples ~130."""
+    return max(16, int(SHUFFLE_BYTES / per_sample))
+
+
+class TunedDecode:
+    """The decoding a competent webdataset / wids user writes in one `.map()`: each `.npy` header is parsed
+    once per member suffix (numpy's own parser on the first sample), later samples whose header bytes
+    equal the cached ones are cut with `np.frombuffer` (a read-only view of the bytes the tar reader
+    already copied); `.json` / `.msgpack` / `.txt` are decoded as our reader does (json.loads,
+    msgpack.unpackb(raw=False, strict_map_key=False), utf-8). Keys become field names, as in ours.
+
+    Accepts webdataset samples ({"joints.npy": bytes}) and wids samples ({".joints.npy": BytesIO})."""
+
+    def __init__(self) -> None:
+        self.npy: dict[str, tuple[bytes, np.dtype, tuple[int, ...], int]] = {}  # suffix -> header, dtype, shape, count
+
+    def array(self, suffix: str, data: bytes) -> np.ndarray:
+        cached = self.npy.get(suffix)
+        if cached is None or not data.startswith(cached[0]):
+            fh = io.BytesIO(data)
+            version = np.lib.format.read_magic(fh)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(fh)
+            assert not fortran and not dtype.hasobject
+            cached = (data[:fh.tell()], dtype, tuple(shape), math.prod(shape))
+            self.npy[suffix] = cached
+        header, dtype, shape, count = cached
+        return np.frombuffer(data, dtype=dtype, count=count, offset=len(header)).reshape(shape)
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"__key__": sample["__key__"]}
+        for name, value in sample.items():
+            if name.startswith("__") or value is None:
+                continue
+            suffix = name.lstrip(".")
+            data = value.getvalue() if isinstance(value, io.BytesIO) else value  # BytesIO(bytes): no copy
+            field, _, ext = suffix.partition(".")
+            last = ext.rsplit(".", 1)[-1]
+            if last == "npy":
+                out[field] = self.array(suffix, data)
+            elif last == "json":
+                out[field] = json.loads(data)
+            elif last in ("msgpack", "mp", "msg"):
+                out[field] = msgpack.unpackb(data, raw=False, strict_map_key=False)
+            elif last == "txt":
+                out[field] = data.decode("utf-8")
+            else:
+                out[field] = data
+        return out
+
+
+def wds_pipeline(ex: Export, tuned: bool) -> Any:
+    """Shard shuffle + sample shuffle + decode. Default: `.shuffle(1000).decode()` (webdataset's README
+    pipeline); tuned: `.shuffle(<SHUFFLE_BYTES worth>).map(TunedDecode())`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return (wds.WebDataset(ex.urls, shardshuffle=len(ex.urls), seed=0)
-                .shuffle(SHUFFLE_BUFFER, seed=0).decode())
+        ds = wds.WebDataset(ex.urls, shardshuffle=len(ex.urls), seed=0)
+        if tuned:
+            return ds.shuffle(shuffle_buffer(ex.per_sample), seed=0).map(TunedDecode())
+        return ds.shuffle(SHUFFLE_BUFFER, seed=0).decode()
 
 
-def wds_batches(ex: Export) -> Any:
-    return wds_samples(ex).batched(BATCH, collation_fn=collate)
+def wds_batches(ex: Export, tuned: bool) -> Any:
+    return wds_pipeline(ex, tuned).batched(BATCH, collation_fn=collate)
+
+
+def wids_dataset(ex: Export) -> Any:
+    """`wids.ShardListDataset` over the export's `train.wids.json`, decoded by `TunedDecode`. Local shards
+    are opened in place (`localname` = the URL itself; the default would copy every shard into a cache
+    directory first), and the LRU keeps every shard's index open (`lru_size` = shards), so no pass
+    re-indexes a shard. Built once per export, like a user's dataset object."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")  # wids prints its settings and warns about them
+        return wids.ShardListDataset(str(ex.out / "train.wids.json"), transformations=[TunedDecode()],
+                                     localname=lambda url: url, lru_size=max(10, len(ex.urls)))
+
+
+def wids_samples(ds: Any, sampler: Any) -> Iterator[dict[str, Any]]:
+    return (ds[i] for i in sampler)
 
 
 def ours_samples(ex: Export) -> ShardDataset:
     return ShardDataset(ex.out, "train", seed=0)
 
 
-def bench_size(ex: Export, args: argparse.Namespace) -> list[tuple[Row, Row | None]]:
-    """The table rows for one export: (row, the webdataset row it is compared with)."""
+# ---- same-work limits: our plan's order and byte ranges, no reader ------------------------------------
+
+
+@dataclass(frozen=True)
+class Spans:
+    """Every sample of one epoch in our plan's order (`ShardDataset.sequence()`), with its byte range and
+    the byte offsets of its fixed-shape arrays. Arrays of size O(samples x array fields)."""
+
+    paths: list[str]  # shard files, manifest order
+    shard: list[int]  # [N] shard index of each sample
+    start: list[int]  # [N] first byte of the sample (its first tar header)
+    stop: list[int]  # [N] first byte after it
+    arrays: dict[str, tuple[np.dtype, tuple[int, ...], list[int]]]  # field -> dtype, shape, [N] data offsets
+
+
+def plan_spans(ex: Export) -> Spans:
+    """Computed once, untimed: the limits below pay only for the work they measure."""
+    ds = ours_samples(ex)
+    first = np.cumsum([0, *ds.counts])  # [S+1]
+    shard, start, stop = [], [], []
+    arrays: dict[str, tuple[np.dtype, tuple[int, ...], list[int]]] = {}
+    maps: dict[int, mmap.mmap] = {}
+    for sample_id in ds.sequence().tolist():
+        k = int(np.searchsorted(first, sample_id, side="right")) - 1
+        a, b = ds.shards[k].sample_span(sample_id - int(first[k]))
+        shard.append(k)
+        start.append(a)
+        stop.append(b)
+        if k not in maps:
+            with open(ex.urls[k], "rb") as fh:
+                maps[k] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        for member in iter_members(maps[k][a:b], ex.urls[k], a):
+            field, _, ext = member.name.split(".", 1)[1].partition(".")
+            if ext == "npy":
+                npy = parse_npy_header(member.data)
+                dtype, shape, offsets = arrays.setdefault(field, (npy.dtype, npy.shape, []))
+                assert (dtype, shape) == (npy.dtype, npy.shape) and not npy.fortran, f"{field}: not one shape"
+                offsets.append(member.offset + BLOCK + npy.length)
+    for mm in maps.values():
+        mm.close()
+    assert all(len(offsets) == len(start) for _, _, offsets in arrays.values())
+    return Spans(ex.urls, shard, start, stop, arrays)
+
+
+class Maps:
+    """Each shard mapped on first use, for one pass (a fresh mapping per pass, as each of our passes has)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths, self.maps = paths, {}  # type: tuple[list[str], dict[int, mmap.mmap]]
+
+    def __getitem__(self, k: int) -> mmap.mmap:
+        mm = self.maps.get(k)
+        if mm is None:
+            with open(self.paths[k], "rb") as fh:
+                mm = self.maps[k] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        return mm
+
+
+def limit_touch(sp: Spans) -> Iterator[int]:
+    """(a) map + touch: one byte of every 4 KiB page of each sample's byte range (what a zero-copy view
+    reader must at least do: its headers and arrays are read from the mapping). Yields 1 per sample."""
+    maps = Maps(sp.paths)
+    for k, a, b in zip(sp.shard, sp.start, sp.stop):
+        sum(maps[k][a:b:PAGE])  # one byte per page, in C
+        yield 1
+
+
+def limit_pread(sp: Spans) -> Iterator[int]:
+    """(b) `os.preadv` of each sample's byte range into a fresh `np.empty` (what a reader that hands out
+    owned arrays must at least do). Yields 1 per sample."""
+    fds: dict[int, int] = {}
+    try:
+        for k, a, b in zip(sp.shard, sp.start, sp.stop):
+            fd = fds.get(k)
+            if fd is None:
+                fd = fds[k] = os.open(sp.paths[k], os.O_RDONLY)
+            buf = np.empty(b - a, np.uint8)
+            assert os.preadv(fd, [buf], a) == b - a
+            yield 1
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def limit_collate(sp: Spans) -> Iterator[int]:
+    """(c) the collation limit: each sample's arrays copied from the mapped shard into one preallocated
+    (reused) batch tensor per field, [BATCH, *shape]. Strings and dicts are not collated. Yields the
+    samples per batch."""
+    maps = Maps(sp.paths)
+    batch = {f: torch.empty((BATCH, *shape), dtype=torch.from_numpy(np.empty(0, dtype)).dtype)
+             for f, (dtype, shape, _) in sp.arrays.items()}
+    views = {f: t.numpy() for f, t in batch.items()}  # [BATCH, *shape], sharing the tensors' memory
+    fields = [(views[f], dtype, math.prod(shape), shape, offsets) for f, (dtype, shape, offsets) in sp.arrays.items()]
+    j = 0
+    for i, k in enumerate(sp.shard):
+        mm = maps[k]
+        for view, dtype, count, shape, offsets in fields:
+            view[j] = np.frombuffer(mm, dtype, count, offsets[i]).reshape(shape)
+        j += 1
+        if j == BATCH:
+            yield j
+            j = 0
+    if j:
+        yield j
+
+
+# ---- the table ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Compared:
+    """A row and what it is compared with: the tuned webdataset row, the wids row, the same-work limit."""
+
+    row: Row
+    tuned: Row | None = None
+    wids: Row | None = None
+    limit: Row | None = None
+
+
+def bench_size(ex: Export, spans: Spans, wids_ds: Any, args: argparse.Namespace) -> list[Compared]:
+    """The table rows for one export."""
     def row(label: str, make: Callable[[], Iterable[Any]], count: Callable[[Any], int]) -> Row:
         n, seconds = measure(make, count, args.min_s, args.max_s, args.repeats)
         return Row(label, n, seconds, ex.per_sample)
 
+    def wids_loader(workers: int) -> DataLoader:
+        return DataLoader(wids_ds, batch_size=BATCH, sampler=sampler, collate_fn=collate, num_workers=workers)
+
+    sampler = wids.ShardedSampler(wids_ds, seed=0, shufflefirst=True)  # (ShardListSampler) shards shuffled, then samples within each
     raw = row("raw read (1 MiB chunks)", lambda: raw_pass(ex.urls), lambda got: got)
     raw.samples = int(raw.samples / ex.per_sample)  # bytes -> sample equivalents
-    rows: list[tuple[Row, Row | None]] = [(raw, None)]
+    lim_a = row("(a) limit: map + touch 1 B/page", lambda: limit_touch(spans), lambda n: n)
+    lim_b = row("(b) limit: pread into fresh np.empty", lambda: limit_pread(spans), lambda n: n)
+    lim_c = row("(c) limit: copy arrays into batch", lambda: limit_collate(spans), lambda n: n)
+    rows = [Compared(raw), Compared(lim_a), Compared(lim_b), Compared(lim_c)]
 
-    wds_s = row("wds samples, main process", lambda: wds_samples(ex), count_sample)
+    wds_s = row("wds default samples, in-process", lambda: wds_pipeline(ex, False), count_sample)
+    tuned_s = row("wds tuned samples, in-process", lambda: wds_pipeline(ex, True), count_sample)
+    wids_s = row("wids samples, in-process", lambda: wids_samples(wids_ds, sampler), count_sample)
     ours_s = row("ours ShardDataset samples", lambda: ours_samples(ex), count_sample)
-    wds_b0 = row("wds batched(32), main process", lambda: wds_batches(ex), count_batch)
-    ours_b0 = row("ours ShardLoader(32), workers=0",
-                  lambda: ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=0), count_batch)
-    wds_b2 = row("wds batched(32), DataLoader workers=2",
-                 lambda: DataLoader(wds_batches(ex), batch_size=None, num_workers=2), count_batch)
-    ours_b2 = row("ours ShardLoader(32), workers=2",
-                  lambda: ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=2), count_batch)
-    rows += [(wds_s, None), (ours_s, wds_s), (wds_b0, None), (ours_b0, wds_b0), (wds_b2, None), (ours_b2, wds_b2)]
+    rows += [Compared(wds_s, limit=lim_b), Compared(tuned_s, limit=lim_b), Compared(wids_s, limit=lim_b),
+             Compared(ours_s, tuned_s, wids_s, lim_a)]
+
+    for workers in (0, 2):
+        if workers == 0:
+            wds_b = row("wds default batched(32), in-process", lambda: wds_batches(ex, False), count_batch)
+            tuned_b = row("wds tuned batched(32), in-process", lambda: wds_batches(ex, True), count_batch)
+        else:
+            wds_b = row("wds default batched(32), workers=2",
+                        lambda: DataLoader(wds_batches(ex, False), batch_size=None, num_workers=2), count_batch)
+            tuned_b = row("wds tuned batched(32), workers=2",
+                          lambda: DataLoader(wds_batches(ex, True), batch_size=None, num_workers=2), count_batch)
+        wids_b = row(f"wids DataLoader(32), workers={workers}", lambda: wids_loader(workers), count_batch)
+        ours_b = row(f"ours ShardLoader(32), workers={workers}",
+                     lambda: ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=workers), count_batch)
+        rows += [Compared(wds_b, limit=lim_c), Compared(tuned_b, limit=lim_c), Compared(wids_b, limit=lim_c),
+                 Compared(ours_b, tuned_b, wids_b, lim_c)]
     return rows
 
 
-def print_table(rows: list[tuple[Row, Row | None]]) -> None:
-    raw = rows[0][0]
-    print(f"{'':40s} {'samples/s':>10s} {'MB/s':>9s} {'vs wds':>7s} {'vs raw':>7s} {'samples':>8s} {'s':>5s}")
-    for r, ref in rows:
-        vs_wds = f"{r.rate / ref.rate:6.2f}x" if ref is not None else ""
+def print_table(rows: list[Compared]) -> None:
+    raw = rows[0].row
+    print(f"{'':38s} {'samples/s':>10s} {'MB/s':>9s} {'vs tuned':>8s} {'vs wids':>7s} {'vs limit':>10s} "
+          f"{'vs raw':>7s} {'samples':>8s} {'s':>5s}")
+    for c in rows:
+        r = c.row
+        vs_tuned = f"{r.rate / c.tuned.rate:7.2f}x" if c.tuned is not None else ""
+        vs_wids = f"{r.rate / c.wids.rate:6.2f}x" if c.wids is not None else ""
+        vs_limit = f"{100 * r.rate / c.limit.rate:5.1f}% {c.limit.label[:3]}" if c.limit is not None else ""
         vs_raw = f"{100 * r.mbps / raw.mbps:6.1f}%" if r is not raw else ""
-        print(f"{r.label:40s} {r.rate:10,.0f} {r.mbps:9,.1f} {vs_wds:>7s} {vs_raw:>7s} {r.samples:8d} {r.seconds:5.2f}")
+        print(f"{r.label:38s} {r.rate:10,.0f} {r.mbps:9,.1f} {vs_tuned:>8s} {vs_wids:>7s} {vs_limit:>10s} "
+              f"{vs_raw:>7s} {r.samples:8d} {r.seconds:5.2f}")
+
+
+def check_same_values(ex: Export, wids_ds: Any, n: int = 4) -> None:
+    """Asserts that tuned webdataset, wids and default webdataset give the same values as ours for the
+    first `n` samples of our plan, and prints which arrays are writable. Also a full pass of each
+    baseline (it warms wids' shard indexes, untimed)."""
+    ours = [s for _, s in zip(range(n), ours_samples(ex))]
+    wanted = {s["__key__"]: s for s in ours}
+    sources = {"wds tuned": wds_pipeline(ex, True), "wids": wids_samples(wids_ds, range(len(wids_ds))),
+               "wds default": wds_pipeline(ex, False)}
+    writable: dict[str, bool] = {"ours": any(v.flags.writeable for v in ours[0].values() if isinstance(v, np.ndarray))}
+    for name, pipeline in sources.items():
+        found = 0
+        for sample in pipeline:
+            if sample["__key__"] not in wanted:
+                continue
+            found += 1
+            mine = wanted[sample["__key__"]]
+            got = {k.split(".", 1)[0]: v for k, v in sample.items() if not k.startswith("__")}
+            assert set(got) == set(mine) - {"__key__"}, (name, sorted(got), sorted(mine))
+            for field, value in got.items():
+                if isinstance(value, np.ndarray):
+                    assert value.dtype == mine[field].dtype and np.array_equal(value, mine[field]), (name, field)
+                    writable[name] = value.flags.writeable
+                else:
+                    assert value == mine[field], (name, field)
+        assert found == n, (name, found)
+    print(f"checked: wds tuned, wids and wds default give the same arrays (dtype, shape, values), text and "
+          f"meta as ours for {n} samples of {ex.name}; arrays writable: "
+          + ", ".join(f"{k} {v}" for k, v in writable.items()))
+
+
+def time_plan(samples: int, per_shard: int, repeats: int) -> None:
+    """Seconds to build one epoch's plan for `samples` samples (`robowds.reader.plan.rank_sequence`, what a
+    ShardDataset computes at the start of each epoch), best of `repeats`."""
+    counts = tuple([per_shard] * (samples // per_shard) + ([samples % per_shard] if samples % per_shard else []))
+    spec = PlanSpec(counts, seed=0, shuffle=True, block=4096, policy="pad")
+    for world in (1,):
+        best = float("inf")
+        for _ in range(repeats):
+            began = time.perf_counter()
+            order = rank_sequence(spec, 0, world, 0)
+            best = min(best, time.perf_counter() - began)
+            assert len(order) == -(-samples // world)
+            del order
+        print(f"plan: rank_sequence for {samples:,} samples in {len(counts):,} shards of {per_shard}, "
+              f"world_size={world}: {best:.2f} s (best of {repeats})")
 
 
 def first_batch_after_resume(ex: Export, workers: int, fraction: float | None, repeats: int) -> tuple[int, float]:
@@ -290,6 +582,8 @@ def main() -> None:
     parser.add_argument("--min-s", type=float, default=1.0, help="run whole passes for at least this long")
     parser.add_argument("--max-s", type=float, default=2.5, help="stop a measurement after this long")
     parser.add_argument("--repeats", type=int, default=2, help="best of N")
+    parser.add_argument("--plan-samples", type=int, default=10_000_000,
+                        help="time the epoch plan for this many samples (0: skip)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of our small-sample path")
     parser.add_argument("--top", type=int, default=18, help="cProfile entries to print")
     args = parser.parse_args()
@@ -310,12 +604,20 @@ def main() -> None:
             sum(raw_pass(ex.urls))  # warm the page cache
         print(f"setup {time.perf_counter() - began:.1f} s; each row: whole passes >= {args.min_s:g} s, "
               f"cut at {args.max_s:g} s, best of {args.repeats}")
-        for ex, target in ((small, "target: ours >= 2x wds"), (large, "target: ours >= 85% of raw")):
-            print(f"\n== {ex.name}: {ex.per_sample:,.0f} bytes/sample ({target})")
-            print_table(bench_size(ex, args))
+        for ex, target in ((small, "target: ours >= 2x tuned wds"), (large, "target: ours >= 85% of raw")):
+            spans = plan_spans(ex)
+            wids_ds = wids_dataset(ex)
+            print(f"\n== {ex.name}: {ex.per_sample:,.0f} bytes/sample ({target}); tuned wds shuffle buffer "
+                  f"{shuffle_buffer(ex.per_sample)} samples, default {SHUFFLE_BUFFER}")
+            check_same_values(ex, wids_ds)
+            print_table(bench_size(ex, spans, wids_ds, args))
+            wids_ds.close()
         print()
         for ex in (small, large):
             print_resume(ex, args.repeats)
+        if args.plan_samples:
+            print()
+            time_plan(args.plan_samples, 1024, args.repeats)
         if args.profile:
             profile_small(small, args.top)
     print(f"\ntotal {time.perf_counter() - began:.1f} s")
