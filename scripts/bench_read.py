@@ -1,6 +1,6 @@
 """Read throughput of the robowds reader against webdataset (default and tuned), wids and same-work limits, on the same shards.
 
-    python scripts/bench_read.py                 # ~4 minutes on 2 cores
+    python scripts/bench_read.py                 # ~2 minutes on 2 cores
     python scripts/bench_read.py --profile       # + cProfile of our small-sample path
 
 What it does, in one run:
