@@ -349,7 +349,8 @@ class Maps:
     """Each shard mapped on first use, for one pass (a fresh mapping per pass, as each of our passes has)."""
 
     def __init__(self, paths: list[str]) -> None:
-        self.paths, self.maps = paths, {}  # type: tuple[list[str], dict[int, mmap.mmap]]
+        self.paths = paths
+        self.maps: dict[int, mmap.mmap] = {}  # one per shard touched this pass
 
     def __getitem__(self, k: int) -> mmap.mmap:
         mm = self.maps.get(k)
