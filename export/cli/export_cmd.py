@@ -1,0 +1,51 @@
+"""`robowds export STORE OUT`: the export job (also `python -m robowds.export STORE OUT`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from robowds.export.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a store to WebDataset shards + manifest")
+    p.add_argument("store", type=Path, help="episode store folder")
+    p.add_argument("out", type=Path, help="output folder for shards and manifest.json")
+    p.add_argument("--config", type=Path, help="export config YAML (see README)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set streams.joints.rate_hz=50 (repeatable)")
+    p.add_argument("--fps", type=float, help="dataset grid rate (config fps)")
+    p.add_argument("--stride", type=int, help="anchor every N grid frames (config stride)")
+    p.add_argument("--seed", type=int, help="seed for splits and the export shuffle (config seed)")
+    p.add_argument("--keep-order", action="store_true", help="do not shuffle windows (config shuffle=false)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="worker processes (default: all cores; 1 = in-process); the output is identical")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, "
+                        "and only once the new export is complete; your own files stay)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=run)
+
+
+def overrides(args: argparse.Namespace) -> list[str]:
+    """`--set` pairs plus the shorthand flags, as config overrides (the flags win, being last)."""
+    extra = [f"{k}={v}" for k, v in (("fps", args.fps), ("stride", args.stride), ("seed", args.seed))
+             if v is not None]
+    if args.keep_order:
+        extra.append("shuffle=false")
+    return [*args.overrides, *extra]
+
+
+def run(args: argparse.Namespace) -> int:
+    from robowds.export.job.config import load_config
+    from robowds.export.job.run import run_export
+
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
+    config = load_config(args.config, overrides(args))
+    summary = run_export(args.store, args.out, config, workers=args.workers, overwrite=args.overwrite,
+                         progress=not args.quiet)
+    print(summary.line())
+    return 0

@@ -1,0 +1,29 @@
+"""`robowds inspect OUT`: print one window's fields, or draw it (--png)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="print one window, or draw it (--png)")
+    p.add_argument("out", type=Path)
+    p.add_argument("--split", default="train")
+    p.add_argument("--key", help="sample key, e.g. ep_0003_000042")
+    p.add_argument("--index", type=int, help="the N-th sample of the split in shard order (default 0)")
+    p.add_argument("--png", type=Path, help="draw the window into this PNG file")
+    p.set_defaults(fn=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from robowds.export.cli.inspect_window import load_window, render_png, summary
+
+    if args.key is None and args.index is None:
+        args.index = 0
+    manifest, sample = load_window(args.out, args.split, args.key, args.index)
+    print(summary(manifest, sample))
+    if args.png is not None:
+        render_png(manifest, sample, args.png)
+        print(f"wrote {args.png}")
+    return 0

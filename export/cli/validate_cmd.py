@@ -1,0 +1,28 @@
+"""`robowds validate STORE`: sanity-check an episode store before export; exit 0 iff exportable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from robowds.export.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="sanity-check an episode store before export")
+    p.add_argument("store", type=Path)
+    p.add_argument("-v", "--verbose", action="store_true", help="list every episode's durations")
+    p.add_argument("--max-episode-s", type=float, default=86400.0, metavar="SECONDS",
+                   help="longer episodes are errors (default 86400 = 24 h; export config max_episode_s)")
+    p.set_defaults(fn=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from robowds.export.store.validate import validate_store
+
+    if not args.max_episode_s > 0:
+        raise UserError(f"--max-episode-s must be a positive number of seconds, got {args.max_episode_s:g}")
+    report = validate_store(args.store, progress=sys.stderr.isatty(), max_episode_s=args.max_episode_s)
+    print(report.render(verbose=args.verbose))
+    return 0 if report.exportable else 1

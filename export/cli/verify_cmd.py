@@ -1,0 +1,32 @@
+"""`robowds verify OUT [--store STORE]`: check shards against the manifest, and windows against the store."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from robowds.export.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="check shards against the manifest (and windows against the store)")
+    p.add_argument("out", type=Path)
+    p.add_argument("--store", type=Path, help="recompute a random subset of windows from this store")
+    p.add_argument("--check-windows", type=int, default=32, help="how many windows to recompute (with --store)")
+    p.add_argument("--seed", type=int, default=0, help="which random windows to recompute")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from robowds.export.check.verify import verify_export
+
+    if args.check_windows < 0:
+        raise UserError(f"--check-windows must be >= 0, got {args.check_windows}",
+                        hint="how many windows to recompute from the store, e.g. --check-windows 32")
+    if args.store is not None and not args.store.is_dir():
+        raise UserError(f"store {args.store} is not a folder", hint="pass the store the export was made from")
+    result = verify_export(args.out, store=args.store, check_windows=args.check_windows, seed=args.seed,
+                           progress=not args.quiet)
+    print(result.render())
+    return 0 if result.ok else 1
