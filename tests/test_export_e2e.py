@@ -20,6 +20,7 @@ from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader.format import decode_npy, group_samples, iter_members
 from robowds.reader.manifest import parse_manifest, shards_of
+from reference import Config, StreamConfig, assert_export_matches, expected_export
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ["--set", "splits.val=0.2", "--set", "shard.max_samples=150", "--set", "streams.joints.rate_hz=50",
@@ -64,6 +65,57 @@ def test_validate_then_export_then_verify(store: Path, exported: Path, capsys: p
     report = manifest["report"]
     assert report["storage"]["amplification"] > 1 and report["masked_fraction"]["imu"] > 0
     assert not (exported / ".robowds-work").exists()
+
+
+# SETTINGS written out by hand from the README's defaults (fps 10, 1 s windows at the fps, pad zero) and
+# the synthetic store.yaml (clock joints, gripper_cmd hold, orientation slerp): not read from the manifest
+REFERENCE = Config(fps=10.0, clock="joints", min_valid_fraction=0.3, streams={
+    "joints": StreamConfig("linear", rate_hz=50, duration_s=1.0),
+    "actions": StreamConfig("linear", rate_hz=10, duration_s=1.0),
+    "gripper_cmd": StreamConfig("hold", rate_hz=10, duration_s=1.0),
+    "orientation": StreamConfig("slerp", rate_hz=10, duration_s=1.0),
+    "imu": StreamConfig("linear", rate_hz=100, duration_s=0.5, offset_s=-0.5)})
+
+
+def test_every_window_equals_the_independent_reference(store: Path, exported: Path) -> None:
+    """Values, masks, dtypes, anchors and counts of every window of both splits against `tests/reference.py`
+    (verify recomputes with the exporter's own code, so it cannot catch a wrong rule). The store has a
+    200 Hz jittery IMU with a dropout read at 100 Hz with 0.5 s of history, 50 Hz joints, a held 10 Hz
+    command and sign-flipped quaternions."""
+    expected = expected_export(store, REFERENCE)
+    compared = assert_export_matches(exported, REFERENCE, expected)
+    manifest = json.loads((exported / "manifest.json").read_text())
+    assert compared == sum(len(w) for w in expected.values()) == manifest["report"]["windows"]["emitted"]
+    # the IMU's 0.5 s of history keeps even the last anchor above 0.3 valid: the edge test drops some
+    assert manifest["report"]["windows"]["dropped_min_valid"] == 0
+
+
+EDGE_SETTINGS = ["--keep-order", "--stride", "3", "--set", "window.pad=edge", "--set", "streams.joints.offset_s=-0.35",
+                 "--set", "streams.joints.rate_hz=20", "--set", "streams.gripper_cmd.interpolation=nearest",
+                 "--set", "streams.gripper_cmd.offset_s=0.05", "--set", "streams.imu.max_gap_s=0.02",
+                 "--set", "streams.imu.rate_hz=40", "--set", "streams.actions.pad=zero",
+                 "--set", "min_valid_fraction=0.6"]
+EDGE_REFERENCE = Config(fps=10.0, clock="joints", stride=3, min_valid_fraction=0.6, streams={
+    "joints": StreamConfig("linear", rate_hz=20, duration_s=1.0, offset_s=-0.35, pad="edge"),
+    "actions": StreamConfig("linear", rate_hz=10, duration_s=1.0),
+    "gripper_cmd": StreamConfig("nearest", rate_hz=10, duration_s=1.0, offset_s=0.05, pad="edge"),
+    "orientation": StreamConfig("slerp", rate_hz=10, duration_s=1.0, pad="edge"),
+    "imu": StreamConfig("linear", rate_hz=40, duration_s=1.0, pad="edge", max_gap_s=0.02)})
+
+
+def test_edge_padding_history_and_nearest_equal_the_independent_reference(store: Path, tmp_path: Path) -> None:
+    """Edge padding before the start (history reaching before the first sample) and past the end, a
+    nearest-selected command off the grid, a tight max_gap masking the IMU's dropout, min_valid_fraction
+    0.6 dropping the last anchors: every window against `tests/reference.py`."""
+    out = tmp_path / "edge"
+    assert main(["export", str(store), str(out), "--quiet", *EDGE_SETTINGS]) == 0
+    expected = expected_export(store, EDGE_REFERENCE)
+    assert assert_export_matches(out, EDGE_REFERENCE, expected) == sum(len(w) for w in expected.values())
+    assert json.loads((out / "manifest.json").read_text())["report"]["windows"]["dropped_min_valid"] > 0
+    first = expected["ep_0000"][0]  # anchor 0: joints history 0.35 s before the start: 7 edge-padded steps
+    assert first.masks["joints"].tolist() == [False] * 7 + [True] * 13
+    assert (first.values["joints"][:7] == first.values["joints"][7]).all()
+    assert not all(w.masks["imu"].all() for ws in expected.values() for w in ws[1:-4])  # the dropout is masked
 
 
 def test_shards_respect_caps_and_offsets(exported: Path) -> None:

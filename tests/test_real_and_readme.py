@@ -16,6 +16,7 @@ from robowds.export.cli.main import main
 from robowds.reader.format import decode_npy, group_samples, iter_members
 from robowds.reader.manifest import parse_manifest, shards_of
 from realdata import G1, G1_EPISODES, G1_LENGTHS, REAL_DATA, g1, g1_parquet, real_path
+from reference import Config, StreamConfig, assert_export_matches, expected_export
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,6 +99,14 @@ def test_real_lerobot_data_exports_exactly(tmp_path: Path) -> None:
         # grid times hit the recorded frames exactly: values are the float32 recordings, bit for bit
         np.testing.assert_array_equal(state[real], by_episode[episode][frames[real]].astype(np.float32))
         assert not state[~real].any()
+    # both streams of every window, action included (1 s of future: padded past the episode end),
+    # against the independent reference, not only verify's recomputation with the exporter's code
+    config = Config(fps=30.0, stride=5, streams={"state": StreamConfig("linear", rate_hz=30, duration_s=1.0, offset_s=-1.0),
+                                                 "action": StreamConfig("linear", rate_hz=30, duration_s=1.0)})
+    expected = expected_export(store, config)
+    assert assert_export_matches(out, config, expected) == 79 + 69
+    last = expected["episode_000002"][-1]  # anchor 340 of 343 frames: 3 real future actions
+    assert last.anchor == 340 and last.masks["action"].tolist() == [True] * 3 + [False] * 27
 
 
 def test_vendored_real_data_is_the_upstream_bytes_and_nothing_else() -> None:

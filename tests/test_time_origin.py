@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from robowds.export.cli.main import main
+from reference import Config, StreamConfig, assert_export_matches, expected_export
 
 T0_NS = 1_700_000_000_123_456_789  # Unix ns, not a multiple of any grid period
 
@@ -48,6 +49,14 @@ def test_ns_store_windows_carry_their_anchor_time_in_ns(tmp_path: Path) -> None:
         assert meta["t"] == round(meta["anchor"] / 10, 9)
         assert isinstance(meta["t_ns"], int)
     assert main(["verify", str(out), "--store", str(store), "--quiet"]) == 0
+    # the int64 values held on the ns clock, against the independent reference (verify recomputes with
+    # the exporter's own code): defaults fps 10, 1 s at 10 Hz, hold for integer streams, zero padding
+    config = Config(fps=10.0, streams={"joints": StreamConfig("hold", rate_hz=10, duration_s=1.0, time_unit="ns"),
+                                       "imu": StreamConfig("hold", rate_hz=10, duration_s=1.0, time_unit="ns")})
+    expected = expected_export(store, config)
+    assert assert_export_matches(out, config, expected) == 8 + 5
+    # ep1: joints 0 .. 0.48 s, the IMU until 0.495 s: steps 0.0 .. 0.4 s hit samples 0, 5, .. 20, then padding
+    assert expected["ep1"][0].values["joints"].ravel().tolist() == [100, 105, 110, 115, 120] + [0] * 5
 
 
 def test_seconds_store_has_no_t_ns(tmp_path: Path) -> None:
