@@ -91,21 +91,22 @@ def test_every_window_equals_the_independent_reference(store: Path, exported: Pa
 
 
 EDGE_SETTINGS = ["--keep-order", "--stride", "3", "--set", "window.pad=edge", "--set", "streams.joints.offset_s=-0.35",
-                 "--set", "streams.joints.rate_hz=20", "--set", "streams.gripper_cmd.interpolation=nearest",
+                 "--set", "streams.joints.rate_hz=20", "--set", "streams.actions.interpolation=nearest",
+                 "--set", "streams.actions.rate_hz=30",
                  "--set", "streams.gripper_cmd.offset_s=0.05", "--set", "streams.imu.max_gap_s=0.02",
                  "--set", "streams.imu.rate_hz=40", "--set", "streams.actions.pad=zero",
                  "--set", "min_valid_fraction=0.6"]
 EDGE_REFERENCE = Config(fps=10.0, clock="joints", stride=3, min_valid_fraction=0.6, streams={
     "joints": StreamConfig("linear", rate_hz=20, duration_s=1.0, offset_s=-0.35, pad="edge"),
-    "actions": StreamConfig("linear", rate_hz=10, duration_s=1.0),
-    "gripper_cmd": StreamConfig("nearest", rate_hz=10, duration_s=1.0, offset_s=0.05, pad="edge"),
+    "actions": StreamConfig("nearest", rate_hz=30, duration_s=1.0),
+    "gripper_cmd": StreamConfig("hold", rate_hz=10, duration_s=1.0, offset_s=0.05, pad="edge"),
     "orientation": StreamConfig("slerp", rate_hz=10, duration_s=1.0, pad="edge"),
     "imu": StreamConfig("linear", rate_hz=40, duration_s=1.0, pad="edge", max_gap_s=0.02)})
 
 
-def test_edge_padding_history_and_nearest_equal_the_independent_reference(store: Path, tmp_path: Path) -> None:
+def test_edge_padding_history_hold_and_nearest_equal_the_independent_reference(store: Path, tmp_path: Path) -> None:
     """Edge padding before the start (history reaching before the first sample) and past the end, a
-    nearest-selected command off the grid, a tight max_gap masking the IMU's dropout, min_valid_fraction
+    command held between its samples (0.05 s off its 10 Hz clock), 50 Hz actions picked nearest at 30 Hz, a tight max_gap masking the IMU's dropout, min_valid_fraction
     0.6 dropping the last anchors: every window against `tests/reference.py`."""
     out = tmp_path / "edge"
     assert main(["export", str(store), str(out), "--quiet", *EDGE_SETTINGS]) == 0
