@@ -195,35 +195,124 @@ def _export_cmd(store: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", "2", *SETTINGS]
 
 
+WORK = ".robowds-work"
+PHASES = ("start", "map", "staged", "reduce", "manifest", "publish", "cleanup", "done")  # in the order a run passes them
+
+
+def work_phase(out: Path, episodes: int) -> str:
+    """The furthest phase an export into `out` has reached, read from what its work folder holds
+    (export/job/run.py, export/job/publish.py): `map` = some episodes staged (`ep-N.rec`), not all; `staged` =
+    all of them, no shard yet; `reduce` = shard records, temp shards or finished shards in `ready/`;
+    `manifest` = the wids indexes / manifest written (or being written) into `ready/`, before the
+    journal; `publish` = the journal `publish.json` (the commit point) exists, the manifest is not in
+    OUT yet; `cleanup` = the manifest is in OUT, the work folder not yet removed; `done` = manifest in
+    OUT, no work folder."""
+    work = out / WORK
+    for _ in range(5):  # a folder listed while the run creates or removes it: read again
+        try:
+            return _phase_once(out, work, episodes)
+        except FileNotFoundError:
+            continue
+    return "start"
+
+
+def _phase_once(out: Path, work: Path, episodes: int) -> str:
+    if (out / "manifest.json").exists():
+        return "done" if not work.exists() else "cleanup"
+    names = os.listdir(work)
+    if "job.json" not in names:
+        return "start"
+    if "publish.json" in names:
+        return "publish"
+    ready = os.listdir(work / "ready")
+    if any(".json" in n for n in ready):  # <split>.wids.json, manifest.json and their temp files
+        return "manifest"
+    if os.listdir(work / "shards") or os.listdir(work / "tmp") or any(os.listdir(work / "ready" / d) for d in ready):
+        return "reduce"
+    staged = sum(n.endswith(".rec") for n in names)
+    return "staged" if staged == episodes else "map" if staged else "start"
+
+
+def work_files(out: Path) -> set[str]:
+    """Every file under `out` but the job file (each run rewrites it through a temp file at start).
+    os.walk skips a folder removed while it walks."""
+    return {os.path.relpath(os.path.join(folder, name), out) for folder, _, names in os.walk(out)
+            for name in names if not name.startswith("job.json")}
+
+
+def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
+                    delay_s: float) -> str:
+    """Start the export, SIGKILL its process group `delay_s` after its work folder shows it entered
+    `target`, and return the phase the kill landed in: the folder's phase once the group is dead, if
+    this run added a file (a run resumed from a phase starts there: without new files it did nothing),
+    else "none". Deterministic: the folder is read after the kill, when nothing changes it any more."""
+    before = work_files(out)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    while proc.poll() is None:
+        if PHASES.index(work_phase(out, episodes)) >= PHASES.index(target) and work_files(out) - before:
+            time.sleep(delay_s)
+            break
+        time.sleep(0.0005)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the run finished before the kill: its folder says "done"
+        pass
+    proc.wait()
+    return work_phase(out, episodes) if work_files(out) - before else "none"
+
+
+def phase_durations(cmd: list[str], env: dict[str, str], out: Path, episodes: int) -> dict[str, float]:
+    """Run the export to the end, returning how long its work folder showed each phase (seconds)."""
+    seen: dict[str, float] = {}
+    proc = subprocess.Popen(cmd, env=env)
+    last, since = "start", time.perf_counter()
+    while proc.poll() is None:
+        phase, now = work_phase(out, episodes), time.perf_counter()
+        if phase != last:
+            seen[last], last, since = now - since, phase, now
+        time.sleep(0.0005)
+    assert proc.returncode == 0
+    return seen
+
+
 @pytest.mark.slow
-def test_sigkill_and_resume_is_byte_identical(tmp_path: Path) -> None:
+def test_sigkill_in_every_phase_and_resume_is_byte_identical(tmp_path: Path) -> None:
+    """Kill an export in each phase of the job, one after the other on the same output folder (each
+    re-run resumes from the last kill): during staging, during the reduce, while the manifest is
+    written, during the journaled publish; then finish it: byte-identical to an uninterrupted run.
+    Every kill's phase is read from the work folder after it, and the kills must cover all four."""
+    episodes = 40
     store = tmp_path / "store"
-    write_synthetic_store(store, episodes=40, seed=5)
+    write_synthetic_store(store, episodes=episodes, seed=5)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ref = tmp_path / "ref"
-    began = time.perf_counter()
-    subprocess.run(_export_cmd(store, ref), check=True, env=env)
-    full = time.perf_counter() - began
+    took = phase_durations(_export_cmd(store, ref), env, ref, episodes)
+    assert {"map", "reduce"} <= set(took), took  # the folder's layout is still the one work_phase reads
     reference = tree_bytes(ref)
     rng = random.Random(11)
-    interrupted = attempt = 0
-    while attempt < 4 or (interrupted < 4 and attempt < 10):  # more attempts if a loaded machine made kills late
-        out = tmp_path / f"killed{attempt}"
-        attempt += 1
-        for late in (0.8, 0.4):  # kill twice at random moments (the resumed run has less left), then finish
-            proc = subprocess.Popen(_export_cmd(store, out), env=env, start_new_session=True)
-            time.sleep(rng.uniform(0.15, late) * full)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            interrupted += not (out / "manifest.json").exists()
-            visible = {k: v for k, v in tree_bytes(out).items() if not k.startswith(".robowds-work/")} \
-                if out.exists() else {}
-            for name, digest in visible.items():  # whatever is visible is final and complete
-                assert reference[name] == digest, f"{name} visible but not complete after SIGKILL"
+    landed: list[str] = []
+    chains = 0
+    while chains < 2 or (not _covered(landed) and chains < 6):  # a loaded machine can make a kill land late
+        out = tmp_path / f"killed{chains}"
+        chains += 1
+        for target in ("map", "reduce", "manifest", "publish"):  # a random moment of the phase's first half
+            landed.append(run_and_kill_in(_export_cmd(store, out), env, out, episodes, target,
+                                          rng.uniform(0.0, 0.5) * took.get(target, 0.0)))
+            for path in (p for p in out.rglob("*") if p.is_file() and WORK not in p.relative_to(out).parts):
+                name = path.relative_to(out).as_posix()  # whatever is visible is final and complete
+                assert reference[name] == hashlib.sha256(path.read_bytes()).hexdigest(), \
+                    f"{name} visible but not complete after SIGKILL in {landed[-1]}"
         subprocess.run(_export_cmd(store, out), check=True, env=env)
-        assert tree_bytes(out) == reference
-    assert interrupted >= 4, (f"only {interrupted} of {2 * attempt} kills landed before the export finished "
-                              f"(full run {full:.1f} s)")
+        assert tree_bytes(out) == reference, f"kills landed in {landed[-4:]}"
+    print(f"kills landed in {landed}; phases took {took}")
+    assert _covered(landed), f"kills landed in {landed}: not every phase was hit (phases took {took})"
+
+
+def _covered(landed: list[str]) -> bool:
+    """Some kills in staging and in the reduce, at least one while the manifest was written and one in
+    the journaled publish."""
+    return (landed.count("map") >= 2 and landed.count("reduce") >= 2 and landed.count("manifest") >= 1
+            and landed.count("publish") >= 1)
 
 
 def test_verify_names_shard_and_key_on_corruption(store: Path, exported: Path, tmp_path: Path,

@@ -7,6 +7,11 @@ shards in `ready/` (`shards.py`), so an export already in OUT stays intact and r
 one is built. Publish (`publish.py`) then moves the new export into place by a journaled sequence of
 renames with the manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips
 finished steps and, because every step is deterministic, ends byte-identical.
+
+What the work folder holds tells which phase a run reached (the SIGKILL test in
+tests/test_export_e2e.py reads it so): `job.json` from the start; map: `ep-N.bin` / `ep-N.rec` per
+staged episode; reduce: `shards/*.json` records, `tmp/` temp shards, `ready/<split>/shard-N.tar`;
+publish: `ready/<split>.wids.json` and `ready/manifest.json`, then the journal `publish.json`.
 """
 
 from __future__ import annotations
