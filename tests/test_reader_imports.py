@@ -1,10 +1,10 @@
-"""Every import of the reader that README.md shows works, in a fresh interpreter and in any order.
+"""Every import of the reader that README.md and docs/*.md show works, in a fresh interpreter and in any order.
 
 `from reader import collate` once recursed forever (the lazy `__getattr__` imported `reader.collate`,
 which asked the package's `__getattr__` again), and after `from reader import ShardLoader` the name
 `reader.collate` was the submodule reader/collate.py, not the function: the import system binds a
 submodule as a package attribute. Both depend on what was imported before, so each case runs in its
-own interpreter. The names come from README.md itself, so a newly documented one is tested too.
+own interpreter. The names come from the docs themselves, so a newly documented one is tested too.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 PYTHON_BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.S | re.M)
 IMPORT_LINES = sorted({m.strip() for block in PYTHON_BLOCKS
                        for m in re.findall(r"^\s*(?:from robowds\.reader(?:\.\w+)* import [\w, ]+|import robowds\.reader[\w.]*)\s*$",

@@ -50,12 +50,12 @@ class KeyRecorder(L.LightningModule):
 
 
 def readme_datamodule() -> type:
-    """The `ShardData` class of README.md's "With Lightning" snippet, run as it stands there."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    """The `ShardData` class of docs/reader.md's "With Lightning" snippet, run as it stands there."""
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "reader.md").read_text()
     blocks = re.findall(r"^```python\n(.*?)^```", readme, flags=re.S | re.M)
     (block,) = [b for b in blocks if "class ShardData(" in b]
     namespace: dict[str, object] = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(block, "docs/reader.md", "exec"), namespace)
     return namespace["ShardData"]  # type: ignore[return-value]
 
 

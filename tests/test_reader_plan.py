@@ -92,7 +92,7 @@ def test_worker_dealing_partitions_the_rest(length: int, start: int, batch: int,
 
 
 def test_plan_of_10m_samples() -> None:
-    """Size check only (tests are not timed): ~1 s here for 10M samples, see README."""
+    """Size check only (tests are not timed): 4-6 s here for 10M samples: docs/benchmarks.md, printed by scripts/bench_read.py."""
     counts = tuple([10_000] * 1000)
     seq = rank_sequence(PlanSpec(counts, 0, True, 4096, "pad"), 3, 8, 5)
     assert len(seq) == 1_250_000 and len(np.unique(seq)) == 1_250_000

@@ -1,8 +1,9 @@
-"""Every code block of the README that can run, runs (issue 9, item 9).
+"""Every code block of the README and of docs/*.md that can run, runs (issue 9 item 9, issue 12 item 4).
 
 A fenced block tagged `python`, `yaml` or `bash` is run here unless the line before it is an HTML
 comment `<!-- not run: why -->`; untagged blocks are printed output. So a new README block is
 tested by default, and a block that stops working fails the suite instead of a user's first hour.
+Blocks are named `file:line` (README.md:31, docs/reader.md:5).
 
 - python: executed in a fresh interpreter in an empty folder that holds a small export at `OUT/`;
 - yaml: a block with `fields:` is a `store.yaml`, checked by validating and exporting a store that
@@ -35,11 +36,17 @@ FENCE = re.compile(r"(?:^<!-- not run: (?P<skip>[^>]*) -->\n)?^```(?P<lang>pytho
                    re.S | re.M)
 
 
-def readme_blocks(lang: str) -> list[tuple[int, str, str | None]]:
-    """(line number, code, reason not run or None) of every `lang` block in README.md."""
-    text = (ROOT / "README.md").read_text()
-    return [(text[:m.start("code")].count("\n") + 1, m.group("code"), m.group("skip"))
-            for m in FENCE.finditer(text) if m.group("lang") == lang]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def readme_blocks(lang: str) -> list[tuple[str, str, str | None]]:
+    """("file:line", code, reason not run or None) of every `lang` block in README.md and docs/*.md."""
+    found = []
+    for path in DOC_FILES:
+        text = path.read_text()
+        found += [(f"{path.relative_to(ROOT)}:{text[:m.start('code')].count(chr(10)) + 1}", m.group("code"),
+                   m.group("skip")) for m in FENCE.finditer(text) if m.group("lang") == lang]
+    return found
 
 
 def _env() -> dict[str, str]:
@@ -54,12 +61,15 @@ def _run(cmd: list[str] | str, cwd: Path, shell: bool = False, timeout: int = 24
 
 
 def test_every_runnable_block_is_found() -> None:
-    """The parser sees the blocks it should (a renamed fence must not silently skip them all)."""
+    """The parser sees the blocks it should (a renamed fence must not silently skip them all), in the
+    README and in the docs."""
     counts = {lang: len(readme_blocks(lang)) for lang in ("python", "yaml", "bash")}
     assert counts["python"] >= 2 and counts["yaml"] >= 3 and counts["bash"] >= 2, counts
+    files = {line.split(":")[0] for lang in counts for line, _, _ in readme_blocks(lang)}
+    assert {"README.md", "docs/reader.md", "docs/store.md", "docs/export-config.md"} <= files, files
     for lang in counts:
         for line, _, skip in readme_blocks(lang):
-            assert skip is None or len(skip.strip()) > 10, f"README line {line}: say why the block is not run"
+            assert skip is None or len(skip.strip()) > 10, f"{line}: say why the block is not run"
 
 
 # --- python ---
@@ -76,8 +86,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("line,code,skip", readme_blocks("python"), ids=lambda v: str(v) if isinstance(v, int) else "")
-def test_python_block_runs(line: int, code: str, skip: str | None, exported: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("line,code,skip", readme_blocks("python"), ids=lambda v: v if isinstance(v, str) and ":" in v and "\n" not in v else "")
+def test_python_block_runs(line: str, code: str, skip: str | None, exported: Path, tmp_path: Path) -> None:
     if skip:
         pytest.skip(skip)
     work = tmp_path / "work"
@@ -150,8 +160,8 @@ def test_store_yaml_block_declares_an_exportable_store(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("line,code,skip", [b for b in readme_blocks("yaml") if "fields" not in yaml.safe_load(b[1])],
-                         ids=lambda v: str(v) if isinstance(v, int) else "")
-def test_config_block_loads_and_exports(line: int, code: str, skip: str | None, tmp_path: Path) -> None:
+                         ids=lambda v: v if isinstance(v, str) and ":" in v and "\n" not in v else "")
+def test_config_block_loads_and_exports(line: str, code: str, skip: str | None, tmp_path: Path) -> None:
     from robowds.export.cli.main import main
 
     if skip:
@@ -160,7 +170,7 @@ def test_config_block_loads_and_exports(line: int, code: str, skip: str | None, 
     config = tmp_path / "config.yaml"
     config.write_text(code)
     assert main(["export", str(store), str(tmp_path / "out"), "--config", str(config), "--quiet",
-                 "--workers", "1"]) == 0, f"README line {line}"
+                 "--workers", "1"]) == 0, line
 
 
 # --- bash ---
@@ -170,9 +180,9 @@ def _commands(code: str) -> list[str]:
     return [ln for ln in lines if ln]
 
 
-@pytest.mark.parametrize("line,code,skip", readme_blocks("bash"), ids=lambda v: str(v) if isinstance(v, int) else "")
+@pytest.mark.parametrize("line,code,skip", readme_blocks("bash"), ids=lambda v: v if isinstance(v, str) and ":" in v and "\n" not in v else "")
 @pytest.mark.slow
-def test_bash_block_runs(line: int, code: str, skip: str | None, tmp_path: Path) -> None:
+def test_bash_block_runs(line: str, code: str, skip: str | None, tmp_path: Path) -> None:
     if skip:
         pytest.skip(skip)
     for command in _commands(code):
@@ -181,5 +191,5 @@ def test_bash_block_runs(line: int, code: str, skip: str | None, tmp_path: Path)
             continue  # this very suite
         if command.startswith("make demo"):
             command = f"robowds demo --dir {shlex.quote(str(tmp_path / 'demo'))}"
-        assert not command.startswith("make "), f"README line {line}: {command!r} would recurse into make"
+        assert not command.startswith("make "), f"{line}: {command!r} would recurse into make"
         _run(command, ROOT if "scripts/" in command else tmp_path, shell=True, timeout=300)

@@ -1,4 +1,4 @@
-"""The README's store example works as written, and real third-party robot data exports exactly."""
+"""The store example of docs/store.md works as written, and real third-party robot data exports exactly."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ def read_samples(out: Path, split: str = "train") -> dict[str, dict[str, bytes]]
 
 
 def test_readme_example_store_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### A complete small example"):]
+    readme = (ROOT / "docs" / "store.md").read_text()
+    section = readme[readme.index("## A complete small example"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README example", "exec"), {})
+    exec(compile(code, "docs/store.md example", "exec"), {})
     store = tmp_path / "my_store"
     assert main(["validate", str(store)]) == 0
     assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--keep-order"]) == 0
