@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from robowds.export.media.clips import encode_av1, encode_jpegs, encode_mp4, psnr  # noqa: E402
-from robowds.reader.decode import decode_member  # noqa: E402
+from robowds.export.media.clips import encode_av1, encode_jpegs, encode_mp4, psnr
+from robowds.reader.decode import decode_member
 
 VIDEO = (ROOT.parent / "shared" / "data" / "real" / "unitree_g1_lerobot_v2.1_real" / "videos" / "chunk-000"
          / "observation.images.cam_high" / "episode_000001.mp4")

@@ -19,17 +19,13 @@ import glob
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from robowds.export.cli.main import main as robowds  # noqa: E402
-from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
-from robowds.reader import ShardDataset  # noqa: E402
+from robowds.export.cli.main import main as robowds
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader import ShardDataset
 
 
 def drop_caches() -> None:

@@ -17,22 +17,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from torch.utils.data import default_collate
 
-from torch.utils.data import default_collate  # noqa: E402
-
-from robowds.export.cli.main import main as robowds  # noqa: E402
-from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
-from robowds.reader import ShardDataset, ShardLoader  # noqa: E402
-from robowds.reader.collation import collate  # noqa: E402
+from robowds.export.cli.main import main as robowds
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader import ShardDataset, ShardLoader
+from robowds.reader.collation import collate
 
 BATCH = 32
 

@@ -21,9 +21,8 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
+from robowds.export.cli.synth import write_synthetic_store
 
 
 def run_export(store: Path, out: Path, workers: int, extra: list[str]) -> tuple[float, int]:

@@ -73,7 +73,6 @@ import math
 import mmap
 import os
 import pstats
-import sys
 import tempfile
 import time
 import warnings
@@ -81,22 +80,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import msgpack
+import numpy as np
+import torch
+import webdataset as wds
+import wids
+from torch.utils.data import DataLoader
 
-import msgpack  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import webdataset as wds  # noqa: E402
-import wids  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-from robowds.export.cli.main import main as robowds_main  # noqa: E402
-from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
-from robowds.reader import ShardDataset, ShardLoader  # noqa: E402
-from robowds.reader.collation import collate  # noqa: E402
-from robowds.reader.format import BLOCK, iter_members, parse_npy_header  # noqa: E402
-from robowds.reader.plan import PlanSpec, rank_sequence  # noqa: E402
+from robowds.export.cli.main import main as robowds_main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader import ShardDataset, ShardLoader
+from robowds.reader.collation import collate
+from robowds.reader.format import BLOCK, iter_members, parse_npy_header
+from robowds.reader.plan import PlanSpec, rank_sequence
 
 PAGE = 4096
 CHUNK = 1 << 20

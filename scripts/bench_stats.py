@@ -18,20 +18,15 @@ its per-episode sketches would not fit in memory (26 x 512 x 16 bytes per episod
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import tracemalloc
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import msgpack
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from robowds.export.core.stats import FieldStats, StatsAccumulator  # noqa: E402
+from robowds.export.core.stats import FieldStats, StatsAccumulator
 
 KINDS = ("normal", "uniform", "heavy", "bimodal", "discrete", "far", "near_zero", "wide")
 DIMS, STEPS = 26, 600

@@ -25,11 +25,11 @@ from typing import Callable
 import pyarrow as pa
 import pytest
 
-from corrupt import edit_yaml, rewrite_table
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 
-ROOT = Path(__file__).resolve().parents[1]
+from corrupt import edit_yaml, rewrite_table
+
 EP = "ep_0000"
 
 
@@ -353,7 +353,7 @@ def test_bad_input_in_a_real_process_with_workers(case: BadInput, pristine: Path
     bad = prepare(case, pristine, scratch)
     done = subprocess.run([sys.executable, "-m", "robowds.export", str(bad.store), str(bad.out), "--quiet",
                            "--workers", "2", *bad.options], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          env=dict(os.environ), timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     check_one_error(done.stderr, "export", case.names)
     assert published(bad.out) == {}
@@ -462,6 +462,7 @@ def test_bad_command_line_numbers_and_paths(argv: list[str], names: tuple[str, .
 
 def test_inspect_of_a_damaged_shard_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
+
     from exports import export_synthetic
     out = export_synthetic(tmp_path, 2, 0)
     shard = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"][0]

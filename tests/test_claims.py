@@ -12,14 +12,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import robowds.reader.dataset
-from exports import export_synthetic
 from robowds.reader import ShardDataset
 from robowds.reader.plan import PlanSpec, rank_sequence
 from robowds.reader.source import ShardSource
+
+from exports import export_synthetic
 
 Range = tuple[str, int, int]  # (shard path, start, stop)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from robowds.export.core.windows import StreamWindow
-from robowds.export.job.config import DEFAULTS, load_config, stream_window
 from robowds.export.errors import UserError
+from robowds.export.job.config import DEFAULTS, load_config, stream_window
 
 
 def _yaml(tmp_path: Path, text: str) -> Path:

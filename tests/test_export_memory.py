@@ -19,7 +19,6 @@ import pytest
 
 from videos import camera_store, gradient_frames, write_frames
 
-ROOT = Path(__file__).resolve().parents[1]
 WIDTH, HEIGHT, FPS = 256, 192, 30  # source frames: 147,456 bytes each decoded as rgb24
 FRAME_BYTES = WIDTH * HEIGHT * 3
 SHORT_S, LONG_S = 20, 80  # episode lengths L and 4L
@@ -45,7 +44,7 @@ def _export_peak_rss(store: Path, out: Path, *sets: str) -> tuple[int, dict]:
            "--set", "streams.cam.encoding=jpg"]
     for item in sets:
         cmd += ["--set", item]
-    done = subprocess.run([sys.executable, "-c", LAUNCH, *cmd], env={**os.environ, "PYTHONPATH": str(ROOT)},
+    done = subprocess.run([sys.executable, "-c", LAUNCH, *cmd], env=dict(os.environ),
                           capture_output=True, text=True, check=True)
     status, kib = map(int, done.stdout.split()[-2:])
     assert status == 0, done.stderr

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from robowds.export.job import run as export_job
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.job import run as export_job
 from robowds.reader import ShardDataset
 from robowds.reader.manifest import parse_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
 OLD = ["--set", "splits.val=0.25", "--set", "shard.max_samples=40"]
 NEW = ["--fps", "5", "--set", "shard.max_samples=100"]
 USER_FILES = {"NOTES.md": b"# my notes\n", ".nv-meta/dataset.yaml": b"__module__: megatron.energon\n",
@@ -105,7 +104,7 @@ def test_overwrite_next_to_notes_through_the_cli(store: Path, old: Path, referen
     out = tmp_path / "o"
     user = copy_old(old, out, {"NOTES.md": USER_FILES["NOTES.md"]})
     run = subprocess.run([sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", "1",
-                          *NEW, "--overwrite"], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          *NEW, "--overwrite"], env=dict(os.environ),
                          capture_output=True, text=True)
     assert (run.returncode, run.stderr) == (0, "") and run.stdout.startswith("exported 8 episodes")
     assert tree_bytes(out) == reference | user
@@ -270,7 +269,7 @@ def test_sigkill_during_overwrite_at_random_moments(tmp_path: Path) -> None:
     store = write_synthetic_store(tmp_path / "store", episodes=24, seed=6).root
     old = tmp_path / "old"
     assert export(store, old, *OLD) == 0
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)
     timing = tmp_path / "timing"
     copy_old(old, timing, {})
     began = time.perf_counter()
@@ -343,7 +342,7 @@ def test_sigkill_before_each_change_to_out_then_rerun(store: Path, old: Path, re
                                                       tmp_path: Path) -> None:
     """Kill the overwrite right before its 1st, 2nd, ... rename or deletion in OUT (publish is all of
     them), then re-run the same command: NOTES.md and the other user files survive, bytes identical."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)
     old_tree = tree_bytes(old)
     for budget in range(100):
         out = tmp_path / f"k{budget}"

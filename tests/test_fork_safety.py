@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from torch.utils.data import DataLoader
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset, ShardLoader
+
 from videos import write_video
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robowds.reader.format import (BLOCK, END_OF_ARCHIVE, ShardFormatError, decode_npy, encode_npy, encode_sample,
-                           group_samples, iter_members, read_sample)
+                                   group_samples, iter_members, read_sample)
 
 MEMBERS = {"joints.npy": encode_npy(np.arange(6, dtype=np.float32).reshape(3, 2)),
            "task.txt": b"pick up the cube",

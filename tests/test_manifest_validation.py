@@ -13,9 +13,10 @@ from typing import Any, Callable
 import pytest
 
 from robowds.export.cli.main import main
-from exports import export_synthetic
 from robowds.reader import ShardDataset
 from robowds.reader.manifest import ManifestError, parse_manifest, shards_of
+
+from exports import export_synthetic
 
 Doc = dict[str, Any]
 SHARD0 = "split 'train', shard 0 (train/shard-000000.tar)"

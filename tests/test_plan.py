@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from robowds.export.errors import UserError
 from robowds.export.core.shard_plan import KEY_PREFIX_MAX, assign_splits, key_prefixes, pack_shards, window_order
+from robowds.export.errors import UserError
 from robowds.reader.format import KEY_RE
 
 IDS20 = [f"ep_{i:04d}" for i in range(20)]

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from exports import export_synthetic
 from robowds.reader import ShardDataset
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import parse_manifest, shards_of
+
+from exports import export_synthetic
 
 
 @pytest.fixture(scope="module")

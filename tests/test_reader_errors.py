@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exports import export_synthetic
 from robowds.reader import ShardDataset, ShardLoader
 from robowds.reader.format import encode_member, group_samples, iter_members
 from robowds.reader.manifest import ManifestError
 from robowds.reader.source import ShardReadError
+
+from exports import export_synthetic
 
 
 @pytest.fixture(scope="module")

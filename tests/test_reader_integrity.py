@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 
 import robowds.reader.dataset
-from exports import export_synthetic
 from robowds.reader import ShardDataset, ShardLoader
-from robowds.reader.format import END_OF_ARCHIVE, ShardFormatError, encode_npy, encode_sample, group_samples, iter_members
+from robowds.reader.format import (END_OF_ARCHIVE, ShardFormatError, encode_npy, encode_sample, group_samples,
+                                   iter_members)
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.members import MemberSet
 from robowds.reader.source import ShardReadError, ShardSource
+
+from exports import export_synthetic
 
 Members = dict[str, bytes]
 

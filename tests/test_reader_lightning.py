@@ -19,8 +19,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from exports import export_synthetic
 from robowds.reader import ShardDataset
+
+from exports import export_synthetic
 
 BATCH = 8
 EPOCHS = 3

@@ -106,8 +106,9 @@ def test_split_ranks_pads_with_the_first_samples() -> None:
 
 def test_shuffle_quality_same_episode_pairs(tmp_path: Path) -> None:
     """In a batch of 32 from a 20-episode store, the fraction of same-episode pairs stays near i.i.d."""
-    from exports import export_synthetic
     from robowds.reader import ShardDataset, ShardLoader
+
+    from exports import export_synthetic
 
     out = export_synthetic(tmp_path, 20, 4, "--set", "shard.max_samples=64")
     loader = ShardLoader(ShardDataset(out, "train", seed=3, block=256), batch_size=32)

@@ -17,15 +17,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
 import torch
 
-from exports import export_synthetic
 from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.source import ShardReadError
+
+from exports import export_synthetic
 
 pytest.importorskip("moto")
 boto3 = pytest.importorskip("boto3")

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from exports import export_synthetic
 from robowds.reader import ShardDataset, ShardLoader
+
+from exports import export_synthetic
 
 BATCH = 8
 Record = tuple[int, str, str]  # (epoch, key, sha256 of the sample's tensors)

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from exports import export_synthetic
 from robowds.reader import ShardDataset, collate
+
+from exports import export_synthetic
 
 sdl = pytest.importorskip("torchdata.stateful_dataloader")
 BATCH = 8

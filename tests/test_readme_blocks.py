@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -49,10 +50,17 @@ def readme_blocks(lang: str) -> list[tuple[str, str, str | None]]:
     return found
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _env() -> dict[str, str]:
     # TMPDIR stays the system's: DataLoader workers put AF_UNIX sockets there, and a pytest tmp_path
-    # under xdist is too long for a socket path (108 bytes)
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    # under xdist is too long for a socket path (108 bytes). A documented `torchrun` gets a free port
+    # (PET_MASTER_PORT is torchrun's --master-port): its default 29500 is shared by every run on the machine.
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PET_MASTER_PORT": str(_free_port())}
 
 
 def _run(cmd: list[str] | str, cwd: Path, shell: bool = False, timeout: int = 240) -> None:

@@ -15,6 +15,7 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.reader.format import decode_npy, group_samples, iter_members
 from robowds.reader.manifest import parse_manifest, shards_of
+
 from realdata import G1, G1_EPISODES, G1_LENGTHS, REAL_DATA, g1, g1_parquet, real_path
 from reference import Config, StreamConfig, assert_export_matches, expected_export
 

@@ -17,6 +17,7 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.core.extent import ExtentError, episode_extent, in_segment, segment_frames, segment_span
 from robowds.export.store.validate import validate_store
+
 from realdata import G1_EPISODES, g1_parquet, g1_video
 from videos import gradient_frames, write_frames
 

@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from corrupt import (SERIES_F32, edit_yaml, exported_samples, manifest, npy, replace_column, rewrite_cell,
-                     rewrite_series, rewrite_table, series)
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
+
+from corrupt import (SERIES_F32, edit_yaml, exported_samples, manifest, npy, replace_column, rewrite_cell,
+                     rewrite_series, rewrite_table, series)
 
 EP = "ep_0000"  # the episode we corrupt (see test_validate_checks_every_episode_once for the others)
 OTHERS = ["ep_0001", "ep_0002"]

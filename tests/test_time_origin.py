@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from robowds.export.cli.main import main
+
 from reference import Config, StreamConfig, assert_export_matches, expected_export
 
 T0_NS = 1_700_000_000_123_456_789  # Unix ns, not a multiple of any grid period

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from exports import export_synthetic
 from robowds.export.cli.main import main
 from robowds.reader.format import group_samples, iter_members
+
+from exports import export_synthetic
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.media.frames import probe_video, select_frames
+
 from realdata import G1_LENGTHS, g1_video
 from videos import to_rgb, write_video
 

@@ -15,6 +15,7 @@ from robowds.export.cli.main import main
 from robowds.export.media.clips import encode_av1, encode_mp4, psnr
 from robowds.reader.format import group_samples, iter_members
 from robowds.reader.manifest import parse_manifest, shards_of
+
 from realdata import g1_video
 from videos import camera_store, decode_all, to_rgb, write_video
 

@@ -11,6 +11,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.media.frames import probe_video
+
 from videos import camera_store, write_video
 
 CASES = [("mp4", "libx264"), ("webm", "libvpx-vp9"), ("webm", "libsvtav1"), ("avi", "mpeg4"),

@@ -11,6 +11,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.media.geometry import CropError, crop_box, output_size
+
 from videos import camera_store, decode_all, gradient_frames, write_frames
 
 

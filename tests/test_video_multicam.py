@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robowds.export.cli.main import main
+
 from videos import write_video
 
 A_MS = [k * 100 for k in range(12)]  # cam_a: 10 fps, 0 .. 1.1 s, frame k = grey 20 k

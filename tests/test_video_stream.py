@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from robowds.export.cli.main import main
+
 from videos import camera_store, decode_all, gradient_frames, write_frames
 
 VFR_MS = [0, 100, 200, 330, 400, 720, 800, 900, 1000]  # median interval 100 ms; a 320 ms hole at 400-720

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from robowds.export.core.windows import (StreamWindow, anchor_frames, grid_frame_count, pad_invalid, query_times,
+                                         valid_fraction)
 from robowds.export.job.build import BuildSpec, EpisodeWindows, build_episode
-from robowds.export.core.windows import StreamWindow
 from robowds.export.store.episodes import EpisodeData
-from robowds.export.core.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
 from robowds.reader.format import decode_npy, group_samples, iter_members
 
 EPS = 1e-9

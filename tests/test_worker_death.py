@@ -22,8 +22,7 @@ import pytest
 
 from robowds.export.cli.synth import write_synthetic_store
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = dict(os.environ)
 
 
 def export_cmd(store: Path, out: Path) -> list[str]:

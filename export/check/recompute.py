@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 
 from robowds.export.check.result import VerifyResult
+from robowds.export.errors import EpisodeError
 from robowds.export.job.build import EpisodeWindows, build_episode
 from robowds.export.job.config import DEFAULTS, STREAM_KEYS
-from robowds.export.store.episodes import EpisodeLoader
-from robowds.export.errors import EpisodeError
 from robowds.export.job.spec import resolve
+from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.store.schema import fingerprint
 from robowds.reader.format import read_sample
 from robowds.reader.manifest import shards_of

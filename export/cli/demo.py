@@ -6,12 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
-from robowds.export.job.config import load_config
-from robowds.export.errors import UserError
-from robowds.export.job.run import run_export
-from robowds.export.cli.synth import write_synthetic_store
-from robowds.export.store.validate import validate_store
 from robowds.export.check.verify import verify_export
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.errors import UserError
+from robowds.export.job.config import load_config
+from robowds.export.job.run import run_export
+from robowds.export.store.validate import validate_store
 
 
 def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:

@@ -13,7 +13,6 @@ import sys
 from robowds.export.cli import demo_cmd, export_cmd, inspect_cmd, synth_cmd, validate_cmd, verify_cmd
 from robowds.export.errors import UserError
 
-
 COMMANDS = (synth_cmd, validate_cmd, export_cmd, verify_cmd, inspect_cmd, demo_cmd)  # in help order
 
 

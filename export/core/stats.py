@@ -62,8 +62,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from robowds.export.core.buckets import (DIM_SHIFT, GROUP_SHIFT, bucket_of, bucket_quantile, key_order,
-                            normalise, raw_keys, resolution)
+from robowds.export.core.buckets import (DIM_SHIFT, GROUP_SHIFT, bucket_of, bucket_quantile, key_order, normalise,
+                                         raw_keys, resolution)
 
 QUANTILES = {"q01": 0.01, "q99": 0.99}
 MAX_DIMS = 2048  # the dimension index takes the top 11 bits of a bucket key

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from robowds.export.core.windows import StreamWindow
-from robowds.export.store.episodes import EpisodeData
-from robowds.export.errors import EpisodeError
 from robowds.export.core.extent import ExtentError, episode_extent
 from robowds.export.core.plausible import (MAX_EPISODE_S, DiskSpaceError, Implausible, extent_problem, period_problem,
-                              size_problem, space_problem)
+                                           size_problem, space_problem)
 from robowds.export.core.resample import Stream, StreamError, clean_stream, resample
-from robowds.export.job.sizes import source_bytes, window_bytes
 from robowds.export.core.stats import FieldStats, StatsError, merge_all
+from robowds.export.core.windows import (StreamWindow, anchor_frames, grid_frame_count, pad_invalid, query_times,
+                                         valid_fraction)
+from robowds.export.errors import EpisodeError
+from robowds.export.job.sizes import source_bytes, window_bytes
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
-from robowds.export.core.windows import anchor_frames, grid_frame_count, pad_invalid, query_times, valid_fraction
+from robowds.export.store.episodes import EpisodeData
 from robowds.reader.format import encode_npy, encode_sample, mask_field
 
 if TYPE_CHECKING:

@@ -11,11 +11,11 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from robowds.export.core.resample import METHODS
+from robowds.export.core.windows import StreamWindow
 from robowds.export.errors import UserError
 from robowds.export.media.geometry import Crop
 from robowds.export.media.images import IMAGE_ENCODINGS, ImageOptions
-from robowds.export.core.resample import METHODS
-from robowds.export.core.windows import StreamWindow
 from robowds.export.media.video_windows import ENCODINGS as VIDEO_ENCODINGS
 from robowds.export.media.video_windows import VideoOptions
 from robowds.export.store.yamlio import YamlError, load_file, load_text

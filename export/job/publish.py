@@ -24,7 +24,8 @@ from typing import Any, Iterator
 
 from robowds.export.errors import UserError
 from robowds.export.job.fsio import fsync_dir, fsync_write
-from robowds.reader.manifest import MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest, safe_relative, shards_of
+from robowds.reader.manifest import (MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest, safe_relative,
+                                     shards_of)
 
 READY = "ready"  # in the work folder: the new export's files, at their paths relative to OUT
 JOURNAL = "publish.json"  # in the work folder: {"place": [path, ...], "remove": [path, ...]}

@@ -8,19 +8,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robowds.export import __version__
+from robowds.export.core.stats import FieldStats, StatsAccumulator
+from robowds.export.errors import UserError
 from robowds.export.job.build import output_dtype
 from robowds.export.media.clips import MP4_CODEC
-from robowds.export.errors import UserError
 from robowds.export.media.geometry import configured_size
-from robowds.export.core.stats import FieldStats, StatsAccumulator
-from robowds.export.store.validate import FPS_TOLERANCE
 from robowds.export.media.video_windows import MEMBER_EXT
+from robowds.export.store.validate import FPS_TOLERANCE
 from robowds.reader.format import mask_field
 from robowds.reader.manifest import FORMAT, FORMAT_VERSION
 
 if TYPE_CHECKING:
-    from robowds.export.media.images import ImageOptions
     from robowds.export.job.spec import JobSpec
+    from robowds.export.media.images import ImageOptions
     from robowds.export.store.schema import StoreSchema
 
 

@@ -14,10 +14,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from robowds.export.media.clips import AV1_MIN_SIZE, encode_av1, encode_jpegs, encode_mp4
 from robowds.export.core.extent import in_segment, segment_frames, segment_span
-from robowds.export.media.geometry import Crop, CropError, crop_box, output_size
+from robowds.export.media.clips import AV1_MIN_SIZE, encode_av1, encode_jpegs, encode_mp4
 from robowds.export.media.frames import VideoError, VideoSizeError, probe_video, select_frames
+from robowds.export.media.geometry import Crop, CropError, crop_box, output_size
 
 ENCODINGS = ("raw", "jpg", "mp4", "av1")
 MEMBER_EXT = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4", "av1": "mp4"}  # reader decodes .mp4 via PyAV

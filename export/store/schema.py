@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from robowds.export.errors import UserError
 from robowds.export.core.resample import METHODS, QUAT_ORDERS
+from robowds.export.errors import UserError
 from robowds.export.store.yamlio import YamlError, load_file
 from robowds.reader.format import FIELD_RE, MASK_SUFFIX, META_FIELD
 
