@@ -12,8 +12,8 @@ Setup (one run):
     covering the episode (joints clock, first to last sample) at 30 fps with moving content (a
     scrolling colour gradient and a moving square, different per camera), and `videos.parquet` with
     struct columns {path, fps}. `--source lerobot` (default): AV1 640x480, SVT-AV1 crf 30, a keyframe
-    every 2 frames: what LeRobot writes and what ../shared/data/real holds (seeks are cheap, each
-    decoded frame is costly). `--source h264`: libx264 320x240 (veryfast, crf 23, a keyframe every 30
+    every 2 frames: what LeRobot writes and what the vendored G1 episodes in tests/data/real hold (seeks
+    are cheap, each decoded frame is costly). `--source h264`: libx264 320x240 (veryfast, crf 23, a keyframe every 30
     frames, no scene-cut keyframes): cheap frames, seeks land up to 29 frames early.
   - Exported with `robowds.export.cli.main.main(["export", ..., "--stride", "5"])` for encoding raw, jpg, mp4 (mpeg4) and av1 (SVT-AV1), and
     once more per encoding with stride 20 (= the window: no overlap) for the storage comparison. The
@@ -44,6 +44,17 @@ second, frames/s = windows/s x 40):
   (c*) on-the-fly tuned    (c) with a single-threaded swscale conversion instead (`reformat(...,
                            threads=1)`, what our reader does; PyAV's `to_ndarray` gives swscale a
                            thread per CPU for every frame, ~0.2 ms at this size): a stronger baseline.
+  (t) torchcodec w0/w2     LeRobot's default decoder when torchcodec is installed
+                           (`decode_video_frames_torchcodec`): one `torchcodec.decoders.VideoDecoder`
+                           per source file (seek_mode="approximate", cached per process, as LeRobot's
+                           decoder cache does), the 20 query times turned into frame indices
+                           `round(t * average_fps)` (clamped to the video, as (c) clamps) and fetched
+                           with `get_frames_at(indices=...)`; same Dataset / DataLoader as (c).
+                           Generous to it: the decoder resizes to 224x224 itself (torchcodec's
+                           `transforms=[Resize((224, 224))]`, bilinear) and hands out uint8
+                           [T, H, W, 3] (NHWC), where LeRobot returns the 640x480 frames as float32 in
+                           [0, 1]. Skipped with the reason printed when torchcodec does not import
+                           (it needs FFmpeg's shared libraries and a build matching torch; see docs/benchmarks.md).
 Every sample-level row reads one byte per 4 KiB page of each camera array (our raw arrays are zero-copy
 views of the memory-mapped shard; without that the row would not read the pixels at all); batched rows
 need no touch, collation copies.
@@ -92,7 +103,7 @@ class Source:
 
 
 SOURCES = {
-    # what LeRobot v2/v3 writes (and what ../shared/data/real holds: AV1 640x480 30 fps, a keyframe every
+    # what LeRobot v2/v3 writes (and what tests/data/real holds: AV1 640x480 30 fps, a keyframe every
     # 2 frames): cheap seeks, costly decodes
     "lerobot": Source("lerobot", "libsvtav1", (640, 480), {"preset": "12", "crf": "30", "g": "2"},
                       "AV1 (SVT-AV1 crf 30) 640x480 @ 30 fps, keyframe every 2 frames, as LeRobot writes"),
@@ -309,6 +320,51 @@ class OnTheFly:
         return out
 
 
+def torchcodec_missing() -> str | None:
+    """Why torchcodec cannot be used here (None when it imports): an optional baseline, never a dependency."""
+    try:
+        from torchcodec.decoders import VideoDecoder  # noqa: F401
+        from torchcodec.transforms import Resize  # noqa: F401
+    except Exception as error:  # ImportError, or OSError/RuntimeError when FFmpeg or the torch build mismatch
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return None
+
+
+class TorchCodecOnTheFly(OnTheFly):
+    """(t): LeRobot's torchcodec path over the same (episode_id, anchor t) items as `OnTheFly`.
+
+    Decoders are cached per process and file (LeRobot caches one per file): a forked DataLoader worker
+    must not reuse its parent's decoder, whose file offset it would share, so the cache is keyed by pid.
+    Scales with the number of source files a process touches (one open decoder each)."""
+
+    _decoders: dict[tuple[int, str], Any] = {}
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        eid, t0 = self.items[i]
+        query = t0 + np.arange(STEPS) / RATE_HZ  # [T] seconds
+        return {cam: self.frames(str(self.store / "media" / cam / f"{eid}.mp4"), query) for cam in CAMERAS}
+
+    @classmethod
+    def decoder(cls, path: str) -> Any:
+        key = (os.getpid(), path)
+        if key not in cls._decoders:
+            from torchcodec.decoders import VideoDecoder
+            from torchcodec.transforms import Resize
+
+            cls._decoders[key] = VideoDecoder(path, seek_mode="approximate", dimension_order="NHWC",
+                                              transforms=[Resize((OUT_SIZE, OUT_SIZE))])
+        return cls._decoders[key]
+
+    @classmethod
+    def frames(cls, path: str, query: np.ndarray) -> Any:
+        """uint8 tensor [T, 224, 224, 3]: the frame at round(t * fps) for each query time."""
+        decoder = cls.decoder(path)
+        meta = decoder.metadata
+        last = meta.num_frames - 1
+        indices = [min(max(round(float(t) * meta.average_fps), 0), last) for t in query]
+        return decoder.get_frames_at(indices=indices).data
+
+
 # -- measuring ------------------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -380,7 +436,7 @@ def onthefly_pass(dataset: OnTheFly, workers: int) -> Iterator[int]:
 
 
 def fmt_row(row: Row) -> str:
-    return (f"{row.name:<38}{row.windows_s:>10,.1f}{row.windows_s * FRAMES_PER_WINDOW:>11,.0f}"
+    return (f"{row.name:<40}{row.windows_s:>10,.1f}{row.windows_s * FRAMES_PER_WINDOW:>11,.0f}"
             f"{row.windows:>9}{row.seconds:>7.2f}")
 
 
@@ -436,11 +492,23 @@ def main() -> int:
 
         train = stored_windows(outs["mp4", 5], "train")
         items = sorted((w.episode_id, w.t) for w in train)
-        on_the_fly = {"c": OnTheFly(store, items), "c*": OnTheFly(store, items, tuned=True)}
+        on_the_fly: dict[str, OnTheFly] = {"c": OnTheFly(store, items), "c*": OnTheFly(store, items, tuned=True)}
+        missing = torchcodec_missing()
+        if missing is None:
+            import torchcodec
+
+            from robowds.export.media.clips import psnr
+
+            on_the_fly["t"] = TorchCodecOnTheFly(store, items)
+            a, b = on_the_fly["c*"][0], on_the_fly["t"][0]  # the same window: same frames, another resizer
+            agree = min(psnr(np.asarray(b[cam]), a[cam]) for cam in CAMERAS)
+            print(f"(t) torchcodec {torchcodec.__version__}: window 0 vs (c*) PSNR {agree:.1f} dB (min of cameras)")
+        else:
+            print(f"(t) torchcodec rows skipped: torchcodec does not import ({missing})")
         budget, repeats = args.budget, args.repeats
         print(f"== read throughput, train split of stride 5: {len(items)} windows "
               f"(best of {repeats}, ~{budget:g} s each, warm page cache)")
-        print(f"{'':<38}{'windows/s':>10}{'frames/s':>11}{'windows':>9}{'s':>7}")
+        print(f"{'':<40}{'windows/s':>10}{'frames/s':>11}{'windows':>9}{'s':>7}")
         rows: dict[str, Row] = {}
         for enc in ENCODINGS:
             out = outs[enc, 5]
@@ -456,18 +524,19 @@ def main() -> int:
         for label, dataset in on_the_fly.items():
             for workers in (0, 2):
                 rows[f"{label}/w{workers}"] = row = measure(
-                    f"({label}) on-the-fly DataLoader({BATCH}), workers={workers}",
+                    f"({label}) {'torchcodec' if label == 't' else 'on-the-fly'} DataLoader({BATCH}), workers={workers}",
                     lambda: onthefly_pass(dataset, workers), budget, repeats)
                 print(fmt_row(row), flush=True)
 
         print("\n== ratios (windows/s)")
         columns = [f"(a) w{w} / ({c}) w{w}" for c in on_the_fly for w in (0, 2)]
-        print(f"{'':<8}" + "".join(f"{c:>19}" for c in columns) + f"{'ShardDataset / (b) limit':>26}")
+        print(f"{'':<8}" + "".join(f"{c:>19}" for c in columns) + f"{'ShardDataset / (b) limit':>26}")  # (t) if run
         for enc in ENCODINGS:
             ratios = [rows[f"{enc}/w{w}"].windows_s / rows[f"{c}/w{w}"].windows_s for c in on_the_fly for w in (0, 2)]
             rb = rows[f"{enc}/ds"].windows_s / rows[f"{enc}/b"].windows_s
             print(f"{enc:<8}" + "".join(f"{r:>18.1f}x" for r in ratios) + f"{rb:>25.0%}")
-        print("targets: (a)/(c) >= 5x, (a)/(b) >= 80%; (c*) = (c) with our faster rgb conversion, for reference")
+        print("targets: (a)/(c) >= 5x, (a)/(b) >= 80%; (c*) = (c) with our faster rgb conversion, (t) = LeRobot's "
+              "torchcodec path, for reference")
         print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
     finally:
         if tmp is not None:
