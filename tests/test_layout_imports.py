@@ -151,3 +151,12 @@ def test_pyproject_installs_every_sub_package(package: str) -> None:
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     on_disk = {name for name, path in MODULES.items() if name.startswith(package) and path.name == "__init__.py"}
     assert on_disk and on_disk <= listed, sorted(on_disk - listed)
+
+
+def test_reader_stands_alone() -> None:
+    """`reader/` owns the shard format and manifest schema; `export/` imports them, never the reverse,
+    so a training machine needs nothing of the exporter."""
+    problems = [f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}"
+                for module, edges in internal_graph().items() if module.startswith("robowds.reader")
+                for target, line in edges if target.startswith("robowds.export")]
+    assert not problems, "\n".join(problems)
