@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test demo bench bench-all clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(PY)
 
 bench: $(PY)
 	$(PY) scripts/bench_export.py
+
+# every benchmark docs/benchmarks.md publishes, in one run (~15 minutes on 2 cores)
+bench-all: $(PY)
+	scripts/run_benchmarks.sh | tee docs/benchmarks-run.txt
 
 clean:
 	rm -rf $(VENV) build *.egg-info
