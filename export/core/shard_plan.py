@@ -97,18 +97,35 @@ def window_order(window_counts: Sequence[int], seed: int, split_name: str, shuff
     return rows
 
 
-def pack_shards(sizes: Sequence[int], max_samples: int, max_bytes: int, overhead: int) -> list[tuple[int, int]]:
-    """Greedy [start, stop) runs of consecutive samples: a shard closes before it would pass
-    `max_samples` or `max_bytes` (including the tar's `overhead`); a sample larger than `max_bytes`
-    gets a shard of its own."""
+def pack_shards(sizes: Sequence[int], max_samples: int, max_bytes: int, overhead: int,
+                min_shards: int = 1) -> list[tuple[int, int]]:
+    """[start, stop) runs of consecutive samples: a shard closes before it would pass `max_samples` or
+    `max_bytes` (including the tar's `overhead`); a sample larger than `max_bytes` gets a shard of its own.
+
+    A split of at least `min_shards` samples gets at least `min_shards` shards, so that every DataLoader
+    worker of a plain webdataset pipeline has a shard to read (it refuses fewer shards than workers):
+    when the greedy packing gives fewer, the samples are first cut into `min_shards` runs whose counts
+    differ by at most one, and each run is packed greedily (so the limits still hold). Splits that the
+    limits already cut into enough shards are packed exactly as without `min_shards`."""
+    bounds = _greedy(sizes, 0, len(sizes), max_samples, max_bytes, overhead)
+    if len(bounds) >= min_shards or len(sizes) < min_shards:
+        return bounds
+    cuts = [len(sizes) * k // min_shards for k in range(min_shards + 1)]  # balanced: counts differ by <= 1
+    return [b for lo, hi in zip(cuts, cuts[1:]) for b in _greedy(sizes, lo, hi, max_samples, max_bytes, overhead)]
+
+
+def _greedy(sizes: Sequence[int], lo: int, hi: int, max_samples: int, max_bytes: int,
+            overhead: int) -> list[tuple[int, int]]:
+    """Greedy packing of samples [lo, hi): close a shard when the next sample would not fit."""
     bounds: list[tuple[int, int]] = []
-    start, total = 0, overhead
-    for i, size in enumerate(sizes):
+    start, total = lo, overhead
+    for i in range(lo, hi):
+        size = sizes[i]
         count = i - start
         if count and (count >= max_samples or total + size > max_bytes):
             bounds.append((start, i))
             start, total = i, overhead
         total += size
-    if len(sizes) > start:
-        bounds.append((start, len(sizes)))
+    if hi > start:
+        bounds.append((start, hi))
     return bounds

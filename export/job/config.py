@@ -36,7 +36,9 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "shuffle": True,           # shuffle windows across episodes at export (False keeps episode order)
     "splits": {"train": "rest"},  # name -> fraction | list of episode ids | "rest" (exactly one)
-    "shard": {"max_samples": 4096, "max_bytes": 256 * 1024 * 1024},
+    # a split of at least min_shards windows gets at least min_shards shards (DataLoader workers x ranks
+    # of a plain webdataset pipeline each need a shard); 1 = cut by max_samples / max_bytes only
+    "shard": {"max_samples": 4096, "max_bytes": 256 * 1024 * 1024, "min_shards": 8},
     "timestamps": "repair",    # repair (sort, de-duplicate, count) | reject (episode error)
     "max_gap_factor": 2.5,     # default max_gap = factor x median sample period of the stream
     "float_dtype": "float32",  # dtype of interpolated (linear/slerp) fields
@@ -96,7 +98,7 @@ def _as_ints(config: dict[str, Any]) -> None:
     """Whole floats as integers for integer settings, so `shard.max_bytes=256e6` (a float in YAML, like
     every exponent number) is accepted, and is the same config as `max_bytes: 256000000`."""
     for node, key in ((config, "stride"), (config, "seed"), (config.get("shard"), "max_samples"),
-                      (config.get("shard"), "max_bytes")):
+                      (config.get("shard"), "max_bytes"), (config.get("shard"), "min_shards")):
         value = node.get(key) if isinstance(node, dict) else None
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             node[key] = int(value)
@@ -199,7 +201,7 @@ def _check(config: dict[str, Any]) -> None:
             _require(stream["interpolation"] in METHODS, f"{where}.interpolation", f"one of {', '.join(METHODS)}",
                      stream["interpolation"])
     shard = config["shard"]
-    for key, low in (("max_samples", 1), ("max_bytes", 4096)):
+    for key, low in (("max_samples", 1), ("max_bytes", 4096), ("min_shards", 1)):
         value = shard.get(key)
         _require(isinstance(value, int) and not isinstance(value, bool) and value >= low, f"shard.{key}",
                  f"an integer >= {low}", value)

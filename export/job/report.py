@@ -136,7 +136,7 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
                         if name in folded.get(split, {})}
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__, "job_id": job_id,
             "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,
-            "splits": splits, "stats": stats, "report": export_report(schema.root, records, shards)}
+            "splits": splits, "stats": stats, "report": export_report(schema.root, records, shards, split_names)}
 
 
 def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -176,8 +176,20 @@ def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
             for name, acc in sorted(out.items())}
 
 
-def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:
-    """Repairs, rejected episodes, masking and storage amplification: nothing the export did is silent."""
+def split_counts(good: list[dict[str, Any]], split_names: list[str]) -> dict[str, dict[str, int]]:
+    """Per split (every requested one, even if it got nothing): exported episodes and emitted windows."""
+    out = {name: {"episodes": 0, "windows": 0} for name in split_names}
+    for r in good:
+        counts = out.setdefault(r["split"], {"episodes": 0, "windows": 0})
+        counts["episodes"] += 1
+        counts["windows"] += r["report"]["emitted"]
+    return dict(sorted(out.items()))
+
+
+def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[str, Any]],
+                  split_names: list[str]) -> dict[str, Any]:
+    """Repairs, rejected episodes, masking, per-split counts and storage amplification: nothing the
+    export did is silent. `split_names`: the splits the config and the store ask for."""
     good = [r for r in records if not r["error"]]
     repairs: dict[str, dict[str, int]] = {}
     masked: dict[str, list[int]] = {}
@@ -201,6 +213,7 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
                     "emitted": sum(r["report"]["emitted"] for r in good),
                     "dropped_min_valid": sum(r["report"]["dropped_min_valid"] for r in good)},
         "duration_s": round(float(np.sum([r["report"]["duration_s"] for r in good])), 6),
+        "splits": split_counts(good, split_names),
         "repairs": repairs,
         "masked_fraction": {n: (round(m[0] / m[1], 6) if m[1] else 0.0) for n, m in sorted(masked.items())},
         "video": _video_report(good),
@@ -212,6 +225,15 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
 def report_warnings(report: dict[str, Any]) -> list[str]:
     """One line per thing in the export report that changes what training sees without failing."""
     out = []
+    exported = report["episodes"]["exported"]
+    for name, counts in report.get("splits", {}).items():
+        if not counts["episodes"]:
+            out.append(f"split {name!r} got no episode (of {exported} exported): its shard list is empty; "
+                       f"check splits.{name} in the export config (a fraction of a few episodes rounds to 0: "
+                       "give a list of episode ids instead)")
+        elif not counts["windows"] and report["windows"]["emitted"]:  # none at all: the summary says so
+            out.append(f"split {name!r} got {counts['episodes']} episode(s) but no window; check the window "
+                       "config and min_valid_fraction")
     for name, video in report.get("video", {}).items():
         if video.get("missing_frame_steps"):
             episodes = video["missing_frame_episodes"]

@@ -95,7 +95,7 @@ def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any
                             within_offsets[flat], flat_sizes[flat]], axis=1)  # [W, 3]
         shard = config["shard"]
         bounds = pack_shards(entries[:, 2].tolist(), int(shard["max_samples"]), int(shard["max_bytes"]),
-                             len(END_OF_ARCHIVE))
+                             len(END_OF_ARCHIVE), int(shard["min_shards"]))
         for n, (lo, hi) in enumerate(bounds):
             tasks.append(ShardTask(str(work), split, f"{split}/shard-{n:06d}.tar", entries[lo:hi]))
     return tasks
