@@ -255,3 +255,39 @@ def test_pack_shards_properties(sizes: list[int], max_samples: int, max_bytes: i
         assert total <= max_bytes or stop - start == 1  # only a lone oversized sample may exceed
         if n + 1 < len(bounds):  # greedy: closed only because the next sample would not fit
             assert stop - start == max_samples or total + sizes[stop] > max_bytes
+
+
+def test_pack_shards_min_shards_exact() -> None:
+    # 10 samples, limits give 1 shard: cut into 8 runs of 1 or 2 (10 * k // 8), each packed by the limits
+    assert pack_shards([10] * 10, max_samples=4096, max_bytes=10**9, overhead=1024, min_shards=8) == [
+        (0, 1), (1, 2), (2, 3), (3, 5), (5, 6), (6, 7), (7, 8), (8, 10)]
+    # fewer samples than min_shards: the limits alone (one shard)
+    assert pack_shards([10] * 7, max_samples=4096, max_bytes=10**9, overhead=1024, min_shards=8) == [(0, 7)]
+    # the limits already give >= min_shards shards: unchanged
+    assert pack_shards([1] * 9, max_samples=3, max_bytes=10**9, overhead=0, min_shards=3) == [(0, 3), (3, 6), (6, 9)]
+    # a run of the balanced cut that the byte limit splits again: limits still hold
+    # (the limits alone: (0, 3), (3, 4); balanced runs (0, 1), (1, 2), (2, 4), the last one 6000 bytes)
+    assert pack_shards([10, 10, 3000, 3000], max_samples=10, max_bytes=4096, overhead=0, min_shards=3) == [
+        (0, 1), (1, 2), (2, 3), (3, 4)]
+    assert pack_shards([], max_samples=3, max_bytes=4096, overhead=1024, min_shards=8) == []
+
+
+@given(st.lists(st.integers(0, 6000), max_size=60), st.integers(1, 40), st.integers(1024, 16384),
+       st.integers(0, 2048), st.integers(1, 12))
+@settings(max_examples=300, deadline=None)
+def test_pack_shards_min_shards_properties(sizes: list[int], max_samples: int, max_bytes: int, overhead: int,
+                                           min_shards: int) -> None:
+    bounds = pack_shards(sizes, max_samples, max_bytes, overhead, min_shards)
+    greedy = pack_shards(sizes, max_samples, max_bytes, overhead)
+    assert [i for lo, hi in bounds for i in range(lo, hi)] == list(range(len(sizes)))  # contiguous, in order, all
+    for lo, hi in bounds:
+        assert hi - lo <= max_samples
+        assert overhead + sum(sizes[lo:hi]) <= max_bytes or hi - lo == 1
+    if len(sizes) >= min_shards:
+        assert len(bounds) >= min_shards
+    if len(greedy) >= min_shards or len(sizes) < min_shards:
+        assert bounds == greedy  # min_shards changes nothing where it is not needed
+    else:  # balanced: without a byte split, shard sample counts differ by at most one
+        counts = [hi - lo for lo, hi in bounds]
+        if len(bounds) == min_shards:
+            assert max(counts) - min(counts) <= 1

@@ -1,0 +1,69 @@
+"""A small export with the default config: enough shards for DataLoader workers (shard.min_shards), and
+what each split got (report.splits, and a warning for a requested split that got no episode)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader.format import group_samples, iter_members
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("synth") / "store"
+    write_synthetic_store(root, episodes=4, seed=2)
+    return root
+
+
+def _export(store: Path, out: Path, *options: str) -> dict:
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", *options]) == 0
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_default_small_export_has_min_shards_and_plain_webdataset_reads_with_2_workers(
+        store: Path, tmp_path: Path) -> None:
+    webdataset = pytest.importorskip("webdataset")
+    from torch.utils.data import DataLoader
+
+    out = tmp_path / "out"
+    manifest = _export(store, out)
+    train = manifest["splits"]["train"]
+    keys = [k for s in train["shards"] for k, _, _ in group_samples(iter_members((out / s["path"]).read_bytes()))]
+    urls = [str(out / s["path"]) for s in train["shards"]]
+    # plain webdataset, its defaults (single_node_only, split_by_worker, empty_check): each worker reads
+    # whole shards and refuses to start without one
+    dataset = webdataset.WebDataset(urls, shardshuffle=False).to_tuple("__key__")
+    read = [key for batch in DataLoader(dataset, batch_size=None, num_workers=2) for key in batch]
+    assert Counter(read) == Counter(keys) and len(read) == train["samples"] == len(set(keys))
+    assert manifest["config"]["shard"]["min_shards"] == 8
+    assert len(train["shards"]) == 8  # the size limits alone: 1 shard
+    counts = [s["samples"] for s in train["shards"]]
+    assert max(counts) - min(counts) <= 1 and sum(counts) == train["samples"]
+
+
+def test_report_counts_episodes_and_windows_per_split(store: Path, tmp_path: Path) -> None:
+    manifest = _export(store, tmp_path / "out", "--set", "splits.val=0.25")
+    splits = manifest["splits"]
+    assert manifest["report"]["splits"] == {
+        "train": {"episodes": 3, "windows": splits["train"]["samples"]},
+        "val": {"episodes": 1, "windows": splits["val"]["samples"]}}
+    assert splits["train"]["samples"] + splits["val"]["samples"] == manifest["report"]["windows"]["emitted"]
+    assert splits["val"]["samples"] > 0
+
+
+def test_requested_split_without_episodes_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    write_synthetic_store(store, episodes=5, seed=2)
+    capsys.readouterr()
+    manifest = _export(store, tmp_path / "out", "--set", "splits.val=0.1")  # 0.1 x 5 rounds to 0
+    assert manifest["report"]["splits"] == {"train": {"episodes": 5, "windows": manifest["splits"]["train"]["samples"]},
+                                            "val": {"episodes": 0, "windows": 0}}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == ["warning: split 'val' got no episode (of 5 exported): its shard list is empty; check "
+                         "splits.val in the export config (a fraction of a few episodes rounds to 0: give a list "
+                         "of episode ids instead)"]
