@@ -25,7 +25,7 @@ def test_defaults() -> None:
     assert config["fps"] == 10.0 and config["stride"] == 1 and config["shuffle"] is True
     assert config["window"] == {"duration_s": 1.0, "offset_s": 0.0, "rate_hz": None, "pad": "zero"}
     assert config["splits"] == {"train": "rest"}
-    assert config["shard"] == {"max_samples": 4096, "max_bytes": 256 * 1024 * 1024}
+    assert config["shard"] == {"max_samples": 4096, "max_bytes": 256 * 1024 * 1024, "min_shards": 8}
 
 
 def test_defaults_are_not_shared() -> None:
@@ -50,7 +50,7 @@ splits: {train: 0.9, val: rest}
     assert config["fps"] == 30
     assert config["window"] == {"duration_s": 2.0, "offset_s": 0.0, "rate_hz": None, "pad": "zero"}
     assert config["streams"] == {"joints": {"rate_hz": 50, "pad": "edge"}}
-    assert config["shard"] == {"max_samples": 100, "max_bytes": 256 * 1024 * 1024}
+    assert config["shard"] == {"max_samples": 100, "max_bytes": 256 * 1024 * 1024, "min_shards": 8}
     assert config["splits"] == {"train": 0.9, "val": "rest"}
     assert config["seed"] == 0  # untouched defaults stay
 
@@ -178,6 +178,7 @@ def test_unreadable_or_non_mapping_file(tmp_path: Path) -> None:
     ("on_bad_episode=ignore", "on_bad_episode"),
     ("shard.max_samples=0", "shard.max_samples"),
     ("shard.max_bytes=100", "shard.max_bytes"),
+    ("shard.min_shards=0", "shard.min_shards must be an integer >= 1"),
 ])
 def test_bad_value_is_a_user_error(item: str, message: str) -> None:
     with pytest.raises(UserError, match=message):

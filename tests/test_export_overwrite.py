@@ -28,7 +28,7 @@ from robowds.reader import ShardDataset
 from robowds.reader.manifest import parse_manifest
 
 OLD = ["--set", "splits.val=0.25", "--set", "shard.max_samples=40"]
-NEW = ["--fps", "5", "--set", "shard.max_samples=100"]
+NEW = ["--fps", "5", "--set", "shard.max_samples=100", "--set", "shard.min_shards=1"]  # fewer shards than OLD
 USER_FILES = {"NOTES.md": b"# my notes\n", ".nv-meta/dataset.yaml": b"__module__: megatron.energon\n",
               ".nv-meta/index.sqlite": bytes(range(256)), "train/foo.tar": b"not ours\n"}
 WORK = ".robowds-work/"
@@ -167,7 +167,7 @@ def test_file_in_the_way_is_refused_before_anything_changes(store: Path, old: Pa
                                                             tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A user's file where the new export puts a shard no manifest lists: refused, OUT unchanged."""
     fewer = tmp_path / "fewer"
-    assert export(store, fewer, "--fps", "5", "--set", "shard.max_samples=400") == 0
+    assert export(store, fewer, "--fps", "5", "--set", "shard.max_samples=400", "--set", "shard.min_shards=1") == 0
     out = tmp_path / "o"
     user = copy_old(fewer, out, {"train/shard-000002.tar": b"mine\n", "NOTES.md": b"notes\n"})
     before = visible(out)

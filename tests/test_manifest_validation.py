@@ -115,7 +115,8 @@ CASES: list[tuple[str, Callable[[Doc], None], str]] = [
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("manifests")
-    out = export_synthetic(root, 4, 1, "--stride", "3", "--set", "shard.max_samples=30")
+    # min_shards=1: shards cut by max_samples alone (4 of them), as the byte figures below were taken
+    out = export_synthetic(root, 4, 1, "--stride", "3", "--set", "shard.max_samples=30", "--set", "shard.min_shards=1")
     doc = json.loads((out / "manifest.json").read_text())
     assert shard0(doc)["offsets"][:3] == [0, 14848, 30208] and shard0(doc)["bytes"] == 456704  # CASES rely on it
     assert shard0(doc)["offsets"][-1] == 440320
@@ -162,7 +163,7 @@ def test_export_over_a_malformed_manifest_is_refused(exported: Path, tmp_path: P
     out = damaged(exported, tmp_path, _delete(shard0, "offsets"))
     store = exported.parent / "store"
     assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--stride", "3",
-                 "--set", "shard.max_samples=30"]) == 2
+                 "--set", "shard.max_samples=30", "--set", "shard.min_shards=1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"robowds export: error: {out / 'manifest.json'}: {SHARD0}: 'offsets' is missing: "
                           "robowds replaces only an export it wrote and can read\n  fix: ")
