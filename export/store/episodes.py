@@ -117,7 +117,18 @@ class EpisodeLoader:
             except EpisodeError as exc:
                 yield exc
 
-    def _load_one(self, ep: str, cache: dict[tuple[str, int], dict[str, pa.Array]]) -> EpisodeData:
+    def load_all(self, episode_ids: list[str]) -> Iterator[tuple[EpisodeData, list[EpisodeError]]]:
+        """For `validate`: each episode with every field that loads, and one error per field that does
+        not (the export stops at an episode's first error; a user fixing a store wants them all).
+        Tolerates a store with structural problems: tables an episode is missing from are skipped."""
+        cache: dict[tuple[str, int], dict[str, pa.Array]] = {}
+        for ep in episode_ids:
+            problems: list[EpisodeError] = []
+            yield self._load_one(ep, cache, problems), problems
+
+    def _load_one(self, ep: str, cache: dict[tuple[str, int], dict[str, pa.Array]],
+                  problems: list[EpisodeError] | None = None) -> EpisodeData:
+        """`problems`: None raises the first error; a list collects one per field and loads the rest."""
         data = EpisodeData(ep)
         for table, columns in self.schema.tables.items():
             wanted = [c for c in columns if c in self.fields]
@@ -125,6 +136,8 @@ class EpisodeLoader:
             extras = [c for c, t in self.schema.reserved.items() if t == table and c != "split"]
             if not wanted and not extras:
                 continue
+            if problems is not None and ep not in self.schema.rows[table]:
+                continue  # open_store reported the episode missing from this table
             group, row = self.schema.rows[table][ep]
             key = (table, group)
             if key not in cache:
@@ -132,12 +145,17 @@ class EpisodeLoader:
                 cache[key] = {c: part.column(c).combine_chunks() for c in wanted + extras}
             columns = cache[key]
             for col in wanted:
-                self._fill(data, col, columns[col], row)
+                try:
+                    self._fill(data, col, columns[col], row)
+                except EpisodeError as exc:
+                    if problems is None:
+                        raise
+                    problems.append(exc)
             for col in extras:
                 value = columns[col][row].as_py()
                 if value is not None:
                     setattr(data, col, float(value))
-        self._relative_ns(data)
+        self._relative_ns(data, problems)
         return data
 
     def _fill(self, data: EpisodeData, name: str, column: pa.Array, row: int) -> None:
@@ -192,13 +210,17 @@ class EpisodeLoader:
         check_image_decodes(blob, ep, name, value if isinstance(value, str) else "(binary column)")
         return blob, ext
 
-    def _relative_ns(self, data: EpisodeData) -> None:
+    def _relative_ns(self, data: EpisodeData, problems: list[EpisodeError] | None = None) -> None:
         ns = {n: a for n, a in data.streams.items() if self.schema.fields[n].time_unit == "ns"}
+        for n, arr in list(ns.items()):
+            if arr.dtype.kind not in "iu":
+                error = EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column")
+                if problems is None:
+                    raise error
+                problems.append(error)
+                del ns[n], data.streams[n]  # its times cannot be made relative like the others'
         if not ns:
             return
-        for n, arr in ns.items():
-            if arr.dtype.kind not in "iu":
-                raise EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column")
         converted, origin = ns_to_seconds(ns)
         data.streams.update(converted)
         data.time_origin_ns = origin

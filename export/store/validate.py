@@ -21,6 +21,8 @@ from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.schema import Problem, StoreSchema, media_hint, open_store, safe_media_path
 
 FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
+RATE_SPREAD = 0.01  # a field's rates over episodes differing by more than this (relative): shown as a spread
+PROBLEMS_PER_EPISODE = 20  # listed per episode by `render`; the rest are counted
 
 REPAIR_TEXT = {"nonfinite_time": "rows with a non-finite time (dropped)",
                "nan_rows": "rows with NaN values (treated as missing)",
@@ -32,7 +34,7 @@ REPAIR_TEXT = {"nonfinite_time": "rows with a non-finite time (dropped)",
 @dataclass
 class StoreReport:
     schema: StoreSchema
-    rates: dict[str, list[float]] = field(default_factory=dict)  # field -> per-episode median rate (Hz)
+    rates: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> episode -> median rate (Hz)
     durations: dict[str, float] = field(default_factory=dict)  # episode -> seconds
     problems: list[Problem] = field(default_factory=list)
 
@@ -40,15 +42,31 @@ class StoreReport:
     def exportable(self) -> bool:
         return not any(p.severity == "error" for p in self.problems)
 
+    def rate_text(self, name: str) -> str:
+        """The rate column: the median over episodes, or min/median/max where the episodes disagree (a
+        mean or median alone hides a sensor recorded at 49.65 Hz on one device and 19.7 Hz on another)."""
+        rates = np.array(list(self.rates.get(name, {}).values()))  # [E]
+        if not len(rates):
+            return "-"
+        low, mid, high = rates.min(), np.median(rates), rates.max()
+        if high - low > RATE_SPREAD * mid:
+            return f"{low:.2f}/{mid:.2f}/{high:.2f}"
+        return f"{mid:.2f}"
+
     def render(self, verbose: bool = False) -> str:
         s = self.schema
         lines = [f"store {s.root}: {len(s.episode_ids)} episodes, {len(s.tables)} tables, {len(s.fields)} fields"]
-        lines.append(f"  {'field':<16} {'table':<22} {'kind':<10} {'type':<8} {'interp':<8} {'rate (Hz)':>10}  source")
+        rates = {name: self.rate_text(name) for name in s.fields}
+        width = max([10, *map(len, rates.values())])
+        lines.append(f"  {'field':<16} {'table':<22} {'kind':<10} {'type':<8} {'interp':<8} {'rate (Hz)':>{width}}  source")
         for name, f in sorted(s.fields.items()):
-            rates = self.rates.get(name)
-            rate = f"{np.median(rates):.2f}" if rates else "-"
             lines.append(f"  {name:<16} {f.table:<22} {f.kind:<10} {(f.value_dtype or '-'):<8} "
-                         f"{(f.interpolation or '-'):<8} {rate:>10}  {'declared' if f.declared else 'inferred'}")
+                         f"{(f.interpolation or '-'):<8} {rates[name]:>{width}}  {'declared' if f.declared else 'inferred'}")
+        for name in sorted(n for n, text in rates.items() if "/" in text):
+            by_episode = self.rates[name]
+            low, high = min(by_episode, key=by_episode.get), max(by_episode, key=by_episode.get)
+            lines.append(f"  rate of {name!r} differs across episodes (min/median/max above): "
+                         f"{by_episode[low]:.2f} Hz in episode {low!r}, {by_episode[high]:.2f} Hz in episode {high!r}")
         if self.durations:
             d = np.array(list(self.durations.values()))
             lines.append(f"  durations: min {d.min():.2f} s, median {np.median(d):.2f} s, max {d.max():.2f} s, "
@@ -57,34 +75,63 @@ class StoreReport:
                 lines += [f"    {ep}: {sec:.3f} s" for ep, sec in sorted(self.durations.items())]
         errors = [p for p in self.problems if p.severity == "error"]
         warnings = [p for p in self.problems if p.severity == "warning"]
-        lines += [f"  {p}" for p in errors + warnings]
+        lines += _bounded(errors + warnings)
         verdict = "exportable" if self.exportable else "NOT exportable"
         lines.append(f"{verdict}: {len(errors)} error(s), {len(warnings)} warning(s)")
         return "\n".join(lines)
 
 
+def _bounded(problems: list[Problem]) -> list[str]:
+    """One line per problem, at most `PROBLEMS_PER_EPISODE` per episode (errors come first), then one
+    line counting the episode's rest, right after its last listed one."""
+    per_episode: dict[str, list[Problem]] = {}
+    for p in problems:
+        if p.episode is not None:
+            per_episode.setdefault(p.episode, []).append(p)
+    lines, shown = [], dict.fromkeys(per_episode, 0)
+    for p in problems:
+        if p.episode is None:
+            lines.append(f"  {p}")
+            continue
+        shown[p.episode] += 1
+        if shown[p.episode] <= PROBLEMS_PER_EPISODE:
+            lines.append(f"  {p}")
+        if shown[p.episode] == PROBLEMS_PER_EPISODE and len(per_episode[p.episode]) > PROBLEMS_PER_EPISODE:
+            rest = per_episode[p.episode][PROBLEMS_PER_EPISODE:]
+            errors = sum(r.severity == "error" for r in rest)
+            lines.append(f"  ... and {len(rest)} more problem(s) of episode {p.episode!r} "
+                         f"({errors} error(s), {len(rest) - errors} warning(s))")
+    return lines
+
+
 def validate_store(root: Path, progress: bool = False, max_episode_s: float = MAX_EPISODE_S) -> StoreReport:
-    """`max_episode_s`: longer episodes are errors, as in the export (config `max_episode_s`)."""
+    """`max_episode_s`: longer episodes are errors, as in the export (config `max_episode_s`).
+
+    Every problem of every episode is collected, not only an episode's first. With structural problems
+    (from `open_store`) the data pass still runs over the fields they do not name, so their rates and
+    data problems are shown too; the episode extents are then not checked (the clock or `start_s` /
+    `end_s` may be among the broken parts)."""
     schema = open_store(Path(root))
     report = StoreReport(schema, problems=list(schema.problems))
-    if schema.errors:
-        return report  # data checks would only repeat the structural errors per episode
-    loader = EpisodeLoader(schema, list(schema.fields))
-    episodes = loader.load(schema.episode_ids)
-    for data in tqdm(episodes, total=len(schema.episode_ids), desc="validate", unit="ep", disable=not progress):
-        if isinstance(data, EpisodeError):
-            report.problems.append(Problem("error", data.reason, episode=data.episode_id, field=data.field,
-                                           hint=data.hint))
-        else:
-            _check_episode(schema, data, report, max_episode_s)
+    broken_fields = {p.field for p in schema.errors if p.field is not None}
+    loader = EpisodeLoader(schema, [name for name in schema.fields if name not in broken_fields])
+    episodes = loader.load_all(schema.episode_ids)
+    for data, errors in tqdm(episodes, total=len(schema.episode_ids), desc="validate", unit="ep",
+                             disable=not progress):
+        for error in errors:
+            report.problems.append(Problem("error", error.reason, episode=error.episode_id, field=error.field,
+                                           hint=error.hint))
+        timed = any(schema.fields[e.field].kind in ("timeseries", "video") for e in errors if e.field)
+        _check_episode(schema, data, report, max_episode_s, extent=not (timed or schema.errors))
     return report
 
 
 def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
-                   max_episode_s: float = MAX_EPISODE_S) -> None:
+                   max_episode_s: float = MAX_EPISODE_S, extent: bool = True) -> None:
+    """`extent`: check the episode's extent (False when a stream or camera it depends on failed to load)."""
     ep = data.episode_id
     series: dict[str, tuple[float, float]] = {}  # field -> first and last cleaned sample time
-    broken = False
+    broken = not extent
     for name, raw in data.streams.items():
         spec = schema.fields[name]
         try:
@@ -96,7 +143,7 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
         for kind, count in stream.repairs.as_dict().items():
             if count:
                 report.problems.append(Problem("warning", f"{count} {REPAIR_TEXT[kind]}", ep, name))
-        report.rates.setdefault(name, []).append(1.0 / stream.median_period)
+        report.rates.setdefault(name, {})[ep] = 1.0 / stream.median_period
         period = period_problem(stream.median_period)
         if period is not None:
             report.problems.append(Problem("error", period.message, ep, name, hint=period.hint))
@@ -139,7 +186,8 @@ def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreRepor
                                        hint="re-encode it or fix the path"))
         return None
     declared, measured = video.get("fps"), info.measured_fps
-    report.rates.setdefault(name, []).append(measured or 0.0)
+    if measured:
+        report.rates.setdefault(name, {})[ep] = measured
     if declared and measured and abs(measured - float(declared)) > FPS_TOLERANCE * float(declared):
         report.problems.append(Problem(
             "warning", f"declared fps {float(declared):g}, but the timestamps of {video.get('path')!r} give "
