@@ -147,8 +147,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_synthetic(tmp_path_factory.mktemp("remote"), 3, 2, "--stride", "8",
-                            "--set", "shard.max_samples=8", "--set", "exclude=[overview]")
+    return export_synthetic(tmp_path_factory.mktemp("remote"), 3, 2, "--stride", "8",  # shards of 8 samples:
+                            "--set", "shard.max_samples=8", "--set", "shard.min_shards=1",
+                            "--set", "exclude=[overview]")
 
 
 @pytest.fixture(scope="module")

@@ -50,4 +50,4 @@ def test_undecodable_npy_names_shard_key_and_byte(old: bytes, new: bytes, reason
     assert f"  shard {shard}: key {key} (byte {offset}): field 'joints' or its mask does not decode: " in report
     assert reason in report
     assert report.count(shard) == 2  # this line and the sha256 line, each naming the shard once
-    assert "verified 1 shards, 251 samples: 2 problem(s)" in report  # the other samples were still checked
+    assert "verified 8 shards, 251 samples: 2 problem(s)" in report  # the other samples were still checked
