@@ -6,11 +6,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader.format import group_samples, iter_members
+
+from corrupt import rewrite_table
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +70,23 @@ def test_requested_split_without_episodes_is_a_warning(tmp_path: Path, capsys: p
     assert lines[1:] == ["warning: split 'val' got no episode (of 5 exported): its shard list is empty; check "
                          "splits.val in the export config (a fraction of a few episodes rounds to 0: give a list "
                          "of episode ids instead)"]
+
+
+def test_default_rest_split_emptied_by_the_store_split_column_is_no_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every episode placed by the store's `split` column: the default `train: rest` gets none, as the
+    column says; counted in the report, not warned about. A configured `val: 0.5` of those 0 free
+    episodes is warned about."""
+    store = tmp_path / "store"
+    write_synthetic_store(store, episodes=4, seed=2)
+    rewrite_table(store, "text.parquet", lambda t: t.append_column(
+        "split", pa.array(["training", "training", "validation", "training"])))
+    capsys.readouterr()
+    manifest = _export(store, tmp_path / "out")
+    assert {name: counts["episodes"] for name, counts in manifest["report"]["splits"].items()} == {
+        "train": 0, "training": 3, "validation": 1}
+    assert len(capsys.readouterr().out.splitlines()) == 1  # the summary line, no warning
+    _export(store, tmp_path / "out2", "--set", "splits.val=0.5")
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "warning: split 'val' got no episode (of 4 exported): its shard list is empty; check splits.val in "
+        "the export config (a fraction of a few episodes rounds to 0: give a list of episode ids instead)"]

@@ -222,11 +222,19 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
     }
 
 
-def report_warnings(report: dict[str, Any]) -> list[str]:
-    """One line per thing in the export report that changes what training sees without failing."""
+def report_warnings(report: dict[str, Any], split_rules: dict[str, Any] | None = None) -> list[str]:
+    """One line per thing in the export report that changes what training sees without failing.
+
+    `split_rules`: the config's `splits`. An empty split is warned about when the config asked for it,
+    except the `rest` split of a store whose `split` column placed episodes in splits the config does
+    not name (there an empty `rest`, e.g. the default `train`, is what the column says)."""
     out = []
     exported = report["episodes"]["exported"]
+    rules = split_rules or {}
+    by_column = any(counts["episodes"] and name not in rules for name, counts in report.get("splits", {}).items())
     for name, counts in report.get("splits", {}).items():
+        if not counts["episodes"] and (name not in rules or (rules[name] == "rest" and by_column)):
+            continue
         if not counts["episodes"]:
             out.append(f"split {name!r} got no episode (of {exported} exported): its shard list is empty; "
                        f"check splits.{name} in the export config (a fraction of a few episodes rounds to 0: "

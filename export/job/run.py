@@ -175,4 +175,4 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
                    total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"],
-                   warnings=tuple(report_warnings(manifest["report"])))
+                   warnings=tuple(report_warnings(manifest["report"], manifest["config"]["splits"])))
