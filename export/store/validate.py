@@ -15,7 +15,6 @@ from tqdm import tqdm
 from robowds.export.core.extent import ExtentError, episode_extent, segment_span
 from robowds.export.core.plausible import MAX_EPISODE_S, extent_problem, period_problem
 from robowds.export.core.resample import StreamError, clean_stream
-from robowds.export.errors import EpisodeError
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, probe_video
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.schema import Problem, StoreSchema, media_hint, open_store, safe_media_path
