@@ -8,7 +8,8 @@ Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
   so a grid time computed as `t0 + k / fps` that lands a rounding step past a sample still selects it.
   The export resamples on times relative to the episode's start (`Stream.shifted`), computed once by an
   exact subtraction, so a store and the same store shifted by 1.3e9 s give the same windows.
-* `clean_stream` turns a raw `[T, N+1]` stream into strictly increasing times: rows with a non-finite
+* `clean_stream` turns a raw stream (`[T, N+1]` rows, or a `RawSeries`: times and typed values
+  apart) into strictly increasing times: rows with a non-finite
   time or any NaN or infinite value are dropped (missing samples), unsorted rows are stably sorted, rows with an
   exactly duplicated time collapse to the last one. Every repair is counted. A stream whose times are
   all equal, or with fewer than 2 valid samples, is rejected.
@@ -17,6 +18,9 @@ Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
     - strictly inside a gap longer than `max_gap` (default 2.5 x the median period): the value of the
       sample before the gap (hold), valid = False;
     - at a sample time (within the stream's `tolerance`): that sample, valid = True, whatever the method.
+  `hold` and `nearest` return stored samples, so integer and bool values keep their dtype and exact
+  value; `linear` and `slerp` compute in float64 (bool values are refused for them: the store's schema
+  and the export config say so before any data is read).
   `linear`: v_i + (v_j - v_i) * (q - t_i) / (t_j - t_i). `hold`: the last sample at or before q
   (causal, as diffusion_policy does). `nearest`: the closer of the two neighbours, ties go to the
   earlier one. `slerp`: quaternions are normalised and sign-fixed onto one hemisphere (q_i . q_{i-1} >= 0)
@@ -45,6 +49,39 @@ class StreamError(ValueError):
     def __init__(self, message: str, hint: str = "fix the timestamps in the store, or drop the field with exclude"):
         super().__init__(message)
         self.hint = hint
+
+
+@dataclass(frozen=True)
+class RawSeries:
+    """A stream as loaded from the typed store layout `{t, v}`: times and values apart, so the values
+    keep their own dtype (bool, int8..uint64, float32/64) while the times are float64 seconds (or int64
+    ns / integer seconds). The `[T, N+1]` rows layout can only hold one dtype for both."""
+
+    times: np.ndarray  # [T] float64 or int64
+    values: np.ndarray  # [T, N] any numeric or bool dtype
+
+    @property
+    def width(self) -> int:
+        """N, the values per sample."""
+        return int(self.values.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.times.nbytes + self.values.nbytes)
+
+
+def split_raw(raw: np.ndarray | RawSeries) -> tuple[np.ndarray, np.ndarray]:
+    """(times [T], values [T, N]) of either raw layout; raises `StreamError` on a bad shape."""
+    if isinstance(raw, RawSeries):
+        if raw.times.ndim != 1 or raw.values.ndim != 2 or raw.values.shape[1] < 1 or len(raw.times) != len(raw.values):
+            raise StreamError(f"expected times [T] and values [T, N] with N >= 1, got shapes "
+                              f"{list(raw.times.shape)} and {list(raw.values.shape)}",
+                              hint="store t as a list of times and v as one row of N >= 1 values per time")
+        return raw.times, raw.values
+    if raw.ndim != 2 or raw.shape[1] < 2:
+        raise StreamError(f"expected a [T, N+1] array with N >= 1, got shape {list(raw.shape)}",
+                          hint="store each row as [time, v1..vN] with at least one value")
+    return raw[:, 0], raw[:, 1:]
 
 
 @dataclass(frozen=True)
@@ -96,21 +133,18 @@ class Stream:
         return float(np.median(np.diff(self.times)))
 
 
-def clean_stream(raw: np.ndarray, method: str = "linear", strict: bool = False) -> Stream:
-    """Clean a `[T, N+1]` array (column 0 = time in seconds) into a `Stream`.
+def clean_stream(raw: np.ndarray | RawSeries, method: str = "linear", strict: bool = False) -> Stream:
+    """Clean a `[T, N+1]` array (column 0 = time in seconds), or a `RawSeries`, into a `Stream`.
 
     Integer-nanosecond clocks are converted before this, relative to an integer origin
     (`robowds.export.store.episodes.ns_to_seconds`), so that distinct nanosecond times stay distinct in float64.
     With `strict`, any repair other than dropping missing samples raises instead of being counted.
     """
-    if raw.ndim != 2 or raw.shape[1] < 2:
-        raise StreamError(f"expected a [T, N+1] array with N >= 1, got shape {list(raw.shape)}",
-                          hint="store each row as [time, v1..vN] with at least one value")
-    if raw.shape[0] == 0:
+    stored_times, values = split_raw(raw)  # [T], [T, N]
+    if len(stored_times) == 0:
         raise StreamError("stream has no samples")
-    times = raw[:, 0].astype(np.float64)  # [T]
-    values = raw[:, 1:]  # [T, N]
-    resolution = clock_resolution(raw[:, 0])
+    times = stored_times.astype(np.float64)  # [T]
+    resolution = clock_resolution(stored_times)
     if method in ("linear", "slerp"):
         values = values.astype(np.float64)
 

@@ -16,6 +16,7 @@ import numpy as np
 from robowds.export.core.extent import ExtentError, episode_extent
 from robowds.export.core.plausible import (MAX_EPISODE_S, DiskSpaceError, Implausible, extent_problem, period_problem,
                                            size_problem, space_problem)
+from robowds.export.core.precision import float32_loss
 from robowds.export.core.resample import Stream, StreamError, clean_stream, resample
 from robowds.export.core.stats import FieldStats, StatsError, merge_all
 from robowds.export.core.windows import (StreamWindow, anchor_frames, grid_frame_count, pad_invalid, query_times,
@@ -55,6 +56,7 @@ class BuildSpec:
     videos: dict[str, tuple[StreamWindow, "VideoOptions"]] = field(default_factory=dict)
     images: dict[str, "ImageOptions"] = field(default_factory=dict)  # image field -> encoding (default original)
     max_episode_s: float = MAX_EPISODE_S  # longer extents are refused (export/core/plausible.py)
+    dtypes: dict[str, str] = field(default_factory=dict)  # time-series field -> `streams.<field>.dtype` override
 
 
 @dataclass
@@ -68,7 +70,10 @@ class EpisodeWindows:
 
 
 def output_dtype(spec: BuildSpec, name: str) -> np.dtype:
-    """Interpolated and float fields use `float_dtype`; integer/bool fields held or nearest keep theirs."""
+    """A field's `streams.<field>.dtype` if set; else interpolated and float fields use `float_dtype`,
+    integer/bool fields held or nearest keep theirs."""
+    if name in spec.dtypes:
+        return np.dtype(spec.dtypes[name])
     source = np.dtype(spec.value_dtypes[name])
     if spec.windows[name].interpolation in ("linear", "slerp") or source.kind == "f":
         return np.dtype(spec.float_dtype)
@@ -156,7 +161,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     report.update(episode_id=data.episode_id, duration_s=end - start, candidates=int(len(anchors)),
                   emitted=0, dropped_min_valid=0,
                   repairs={n: s.repairs.as_dict() for n, s in streams.items() if s.repairs.total()},
-                  masked_steps={n: 0 for n in [*streams, *cameras]}, steps={n: 0 for n in [*streams, *cameras]})
+                  masked_steps={n: 0 for n in [*streams, *cameras]}, steps={n: 0 for n in [*streams, *cameras]},
+                  float32_loss=_float32_losses(streams, spec))
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
     for name, camera in cameras.items():
         declared = data.videos[name].get("fps")
@@ -239,6 +245,18 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         video["psnr_frames"] = video.pop("psnr_frames_count")
         video["psnr_db"] = _psnr_db(squared, count)
     windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
+
+
+def _float32_losses(streams: dict[str, Stream], spec: BuildSpec) -> dict[str, dict[str, float | int]]:
+    """Fields written as float32 whose values float32 cannot tell apart (`core/precision.py`), over the
+    episode's cleaned samples: O(values), on arrays already in memory."""
+    out = {}
+    for name, stream in streams.items():
+        if output_dtype(spec, name) == np.float32:
+            loss = float32_loss(stream.values)  # [T, N]
+            if loss is not None:
+                out[name] = loss.as_dict()
+    return out
 
 
 def _expect_frames(cameras: dict[str, "VideoWindows"], spec: BuildSpec, start: float, anchors: np.ndarray,

@@ -47,8 +47,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 PADS = ("zero", "edge")
-STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation",
+STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation", "dtype",
                "selection", "encoding", "resize", "crop"}  # the last four: video (and image) fields only
+FLOAT_DTYPES = ("float32", "float64")  # float_dtype and streams.<field>.dtype (a time series's output dtype)
 IMAGE_KEYS = {"encoding", "resize", "crop"}  # all an image field's `streams.<name>` entry may set
 
 
@@ -167,7 +168,7 @@ def _check(config: dict[str, Any]) -> None:
         value = config[key]
         _require((value is None and key == "include") or (isinstance(value, list) and all(
             isinstance(v, str) for v in value)), key, "a list of field names", value)
-    for key, choices in (("timestamps", ("repair", "reject")), ("float_dtype", ("float32", "float64")),
+    for key, choices in (("timestamps", ("repair", "reject")), ("float_dtype", FLOAT_DTYPES),
                          ("on_bad_episode", ("fail", "skip"))):
         _require(config[key] in choices, key, f"one of {', '.join(choices)}", config[key])
     for name, stream in {"window": config["window"], **config["streams"]}.items():
@@ -200,6 +201,9 @@ def _check(config: dict[str, Any]) -> None:
         if stream.get("interpolation") is not None:
             _require(stream["interpolation"] in METHODS, f"{where}.interpolation", f"one of {', '.join(METHODS)}",
                      stream["interpolation"])
+        if "dtype" in stream:  # streams only: `window` has no such default (_merge refuses it)
+            _require(stream["dtype"] in FLOAT_DTYPES, f"{where}.dtype", f"one of {', '.join(FLOAT_DTYPES)}",
+                     stream["dtype"])
     shard = config["shard"]
     for key, low in (("max_samples", 1), ("max_bytes", 4096), ("min_shards", 1)):
         value = shard.get(key)
@@ -211,7 +215,8 @@ def _check(config: dict[str, Any]) -> None:
 
 
 VIDEO_KEYS = {"selection", "encoding", "resize", "crop"}  # what only a camera (or, but selection, an image) takes
-WINDOW_KEYS = STREAM_KEYS - VIDEO_KEYS  # what windows a time series or a camera
+WINDOW_KEYS = STREAM_KEYS - VIDEO_KEYS - {"dtype"}  # what windows a time series or a camera
+SERIES_ONLY_KEYS = {"dtype"}  # what only a time series takes
 
 
 def check_field_keys(config: Mapping[str, Any], field: str, kind: str) -> None:
@@ -219,9 +224,12 @@ def check_field_keys(config: Mapping[str, Any], field: str, kind: str) -> None:
     `encoding: mp4` on a time series, `rate_hz` on a text field). Video fields take every key, image
     fields are checked by `image_options`."""
     own = config["streams"].get(field)
+    if own and kind == "video" and "dtype" in own:
+        raise UserError(f"config streams.{field} sets dtype, but {field!r} is a video field (frames are uint8)",
+                        hint=f"dtype is the output dtype of a time series; remove it from streams.{field}")
     if not own or kind in ("video", "image"):
         return
-    allowed = WINDOW_KEYS if kind == "timeseries" else set()
+    allowed = WINDOW_KEYS | SERIES_ONLY_KEYS if kind == "timeseries" else set()
     unused = sorted(set(own) - allowed)
     if unused:
         what = {"timeseries": "a time series", "text": "a text field (one per episode, not windowed)",
@@ -278,6 +286,21 @@ def image_options(config: Mapping[str, Any], field: str) -> ImageOptions:
         raise UserError(f"config {where} sets resize/crop with encoding original (the stored bytes, unchanged)",
                         hint=f"set {where}.encoding to png (lossless) or jpg")
     return ImageOptions(encoding=encoding, resize=resize, crop=crop)
+
+
+def stream_dtype(config: Mapping[str, Any], field: str) -> str | None:
+    """A time series's `streams.<field>.dtype` override (None: the default rule, `build.output_dtype`)."""
+    own = config["streams"].get(field, {})
+    return str(own["dtype"]) if own.get("dtype") is not None else None
+
+
+def check_bool_interpolation(field: str, value_dtype: str | None, window: StreamWindow) -> None:
+    """Bool values interpolated linearly would be fractions of true: refused as in the store's schema
+    (`open_store`), since the export config can set the interpolation too."""
+    if value_dtype in ("bool", "bool_") and window.interpolation in ("linear", "slerp"):
+        raise UserError(f"config streams.{field}.interpolation is {window.interpolation}, but {field!r} holds bool "
+                        "values: it would export fractions between false and true",
+                        hint=f"use hold or nearest for {field!r}")
 
 
 def stream_window(config: Mapping[str, Any], field: str, interpolation: str,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robowds.export import __version__
+from robowds.export.core.precision import PrecisionLoss, loss_fix, loss_text, worst
 from robowds.export.core.stats import FieldStats, StatsAccumulator
 from robowds.export.errors import UserError
 from robowds.export.job.build import output_dtype
@@ -186,10 +187,24 @@ def split_counts(good: list[dict[str, Any]], split_names: list[str]) -> dict[str
     return dict(sorted(out.items()))
 
 
+def _float32_report(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per field written as float32 that loses precision: the worst episode's loss and how many lose."""
+    found: dict[str, tuple[str, PrecisionLoss]] = {}
+    counts: dict[str, int] = {}
+    for r in records:
+        for name, loss in r["report"].get("float32_loss", {}).items():
+            found[name] = worst(found.get(name), (r["episode_id"], PrecisionLoss(**loss)))
+            counts[name] = counts.get(name, 0) + 1
+    return {name: {"episode_id": ep, **loss.as_dict(), "episodes": counts[name]}
+            for name, (ep, loss) in sorted(found.items())}
+
+
 def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[str, Any]],
                   split_names: list[str]) -> dict[str, Any]:
     """Repairs, rejected episodes, masking, per-split counts and storage amplification: nothing the
-    export did is silent. `split_names`: the splits the config and the store ask for."""
+    export did is silent. `split_names`: the splits the config and the store ask for.
+
+    `float32_loss` is there only when some field loses precision (exports without keep their bytes)."""
     good = [r for r in records if not r["error"]]
     repairs: dict[str, dict[str, int]] = {}
     masked: dict[str, list[int]] = {}
@@ -206,7 +221,8 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
             m[1] += steps
     source_bytes = sum(p.stat().st_size for p in Path(store).rglob("*") if p.is_file())
     output_bytes = sum(s["bytes"] for s in shards)
-    return {
+    lossy = _float32_report(good)
+    return {**({"float32_loss": lossy} if lossy else {}),
         "episodes": {"total": len(records), "exported": len(good),
                      "rejected": [{"episode_id": r["episode_id"], **r["error"]} for r in records if r["error"]]},
         "windows": {"candidates": sum(r["report"]["candidates"] for r in good),
@@ -242,6 +258,10 @@ def report_warnings(report: dict[str, Any], split_rules: dict[str, Any] | None =
         elif not counts["windows"] and report["windows"]["emitted"]:  # none at all: the summary says so
             out.append(f"split {name!r} got {counts['episodes']} episode(s) but no window; check the window "
                        "config and min_valid_fraction")
+    for name, entry in report.get("float32_loss", {}).items():
+        loss = PrecisionLoss(entry["column"], entry["max_error"], entry["spread"])
+        out.append(f"field {name!r} is stored as float32: {loss_text(loss, entry['episode_id'], entry['episodes'])}: {loss_fix(name)} "
+                   f"(report.float32_loss.{name} in the manifest)")
     for name, video in report.get("video", {}).items():
         if video.get("missing_frame_steps"):
             episodes = video["missing_frame_episodes"]

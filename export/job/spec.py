@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 from robowds.export.core.shard_plan import assign_splits, key_prefixes
 from robowds.export.errors import UserError
 from robowds.export.job.build import BuildSpec
-from robowds.export.job.config import check_field_keys, image_options, stream_window, video_options
+from robowds.export.job.config import (check_bool_interpolation, check_field_keys, image_options, stream_dtype,
+                                       stream_window, video_options)
 from robowds.export.store.schema import StoreSchema, invalid_utf8_row, open_store
 
 
@@ -50,12 +51,16 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
         raise UserError(f"config names field(s) the store does not have: {sorted(unknown)}",
                         hint=f"fields: {', '.join(sorted(schema.fields))}")
     fields = [f for f in sorted(schema.fields) if (include is None or f in include) and f not in config["exclude"]]
-    windows, videos, images = {}, {}, {}
+    windows, videos, images, dtypes = {}, {}, {}, {}
     for name in fields:
         spec = schema.fields[name]
         check_field_keys(config, name, spec.kind)
         if spec.kind == "timeseries":
             windows[name] = stream_window(config, name, spec.interpolation or "linear", spec.max_gap_s)
+            check_bool_interpolation(name, spec.value_dtype, windows[name])
+            override = stream_dtype(config, name)
+            if override is not None:
+                dtypes[name] = override
         elif spec.kind == "video":
             videos[name] = (stream_window(config, name, "nearest", None), video_options(config, name))
         elif spec.kind == "image":
@@ -63,13 +68,16 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
     if not windows and not fields:
         raise UserError("nothing to export: no fields selected", hint="check include/exclude")
     resolved = dict(config)
-    resolved["streams"] = {n: w.__dict__ for n, w in windows.items()}
+    # an output dtype override is recorded only where set: exports without one keep their manifest bytes
+    resolved["streams"] = {n: {**w.__dict__, **({"dtype": dtypes[n]} if n in dtypes else {})}
+                           for n, w in windows.items()}
     resolved["videos"] = {n: {**w.__dict__, **o.__dict__} for n, (w, o) in videos.items()}
     resolved["images"] = {n: o.__dict__ for n, o in images.items()}
     build = BuildSpec(fps=float(config["fps"]), stride=int(config["stride"]),
                       min_valid_fraction=float(config["min_valid_fraction"]), float_dtype=config["float_dtype"],
                       strict_timestamps=config["timestamps"] == "reject", max_gap_factor=float(config["max_gap_factor"]),
                       windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
+                      dtypes=dtypes,
                       static_fields=tuple(f for f in fields if f not in windows and f not in videos),
                       videos=videos, images=images,
                       clock=schema.clock, max_episode_s=float(config["max_episode_s"]),

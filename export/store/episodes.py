@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robowds.export.core.resample import RawSeries
 from robowds.export.errors import EpisodeError
 from robowds.export.store.schema import FieldSpec, StoreSchema, media_hint, safe_media_path
 
@@ -23,10 +24,11 @@ IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", 
 
 @dataclass
 class EpisodeData:
-    """One episode's raw fields, as stored (time series still `[T, N+1]`, unclean)."""
+    """One episode's raw fields, as stored (time series still `[T, N+1]` or `RawSeries`, unclean)."""
 
     episode_id: str
-    streams: dict[str, np.ndarray] = field(default_factory=dict)  # field -> [T, N+1]
+    # field -> [T, N+1] rows, or a RawSeries (times [T], values [T, N]) for the typed {t, v} layout
+    streams: dict[str, np.ndarray | RawSeries] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     images: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # field -> (bytes, ext)
     image_sources: dict[str, str] = field(default_factory=dict)  # field -> store path, for error messages
@@ -76,10 +78,54 @@ def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarr
     return flat.reshape(len(rows), width)
 
 
-def check_series_shape(spec: FieldSpec, raw: np.ndarray, episode: str) -> None:
+def _typed_series(column: pa.StructArray, row: int, episode: str, name: str) -> RawSeries:
+    """Row `row` of a struct<t: list, v: list<list>> column as times [T] and values [T, N], each in
+    its stored dtype. Every way the two lists can disagree is one error naming episode and field."""
+    def bad(message: str, hint: str) -> EpisodeError:
+        return EpisodeError(episode, name, message, hint=hint)
+
+    if column.is_null()[row].as_py():
+        raise bad("time series is null", "store {t: [], v: []} only if truly empty")
+    cell = column.slice(row, 1)
+    children = dict(zip((f.name for f in column.type), cell.flatten()))  # flatten() honours the slice
+    t_col, v_col = children["t"], children["v"]
+    if t_col.null_count or v_col.null_count:
+        raise bad(f"{'t' if t_col.null_count else 'v'} is null", "store both t and v for every episode")
+    times = t_col.flatten()  # [T]
+    rows = v_col.flatten()  # T value rows
+    if len(times) != len(rows):
+        raise bad(f"t has {len(times)} times but v has {len(rows)} rows",
+                  "give v exactly one row of values per time in t")
+    if times.null_count and not pa.types.is_floating(times.type):
+        raise bad("t has null times", "write every time (a NaN float time marks a missing sample)")
+    if rows.null_count:
+        raise bad(f"v row {rows.is_null().to_numpy(zero_copy_only=False).argmax()} is null",
+                  "write every row of v (NaN float values mark a missing sample)")
+    if isinstance(rows, pa.FixedSizeListArray):
+        widths = np.full(len(rows), rows.type.list_size)
+    else:
+        widths = np.diff(rows.offsets.to_numpy())  # [T]
+    width = int(widths[0]) if len(widths) else 1
+    if (widths != width).any():
+        at = int(np.argmax(widths != width))
+        raise bad(f"v row {at} has {widths[at]} values, row 0 has {width}",
+                  "every row of v must hold the same N values")
+    leaf = rows.flatten()
+    if leaf.null_count and not pa.types.is_floating(leaf.type):
+        raise bad(f"v has null {leaf.type} values", "write every value (only float values may be NaN: missing)")
+    values = leaf.to_numpy(zero_copy_only=False).reshape(len(rows), width)  # [T, N]; float nulls -> NaN
+    return RawSeries(times.to_numpy(zero_copy_only=False), values)
+
+
+def series_width(raw: np.ndarray | RawSeries) -> int:
+    """N, the value columns of a stream in either layout."""
+    return raw.width if isinstance(raw, RawSeries) else raw.shape[1] - 1
+
+
+def check_series_shape(spec: FieldSpec, raw: np.ndarray | RawSeries, episode: str) -> None:
     """Declared names / units against the stream's value columns ([T, N+1] -> N). The loader runs it,
     so validate and export refuse the same streams (export used to write a schema with the wrong N)."""
-    columns = raw.shape[1] - 1
+    columns = series_width(raw)
     for key, declared in (("names", spec.names), ("units", spec.units if isinstance(spec.units, tuple) else None)):
         if declared is not None and len(raw) and len(declared) != columns:
             raise EpisodeError(episode, spec.name, f"declares {len(declared)} {key} but has {columns} value columns",
@@ -162,7 +208,8 @@ class EpisodeLoader:
         spec = self.schema.fields[name]
         ep = data.episode_id
         if spec.kind == "timeseries":
-            data.streams[name] = _series(column, row, ep, name)
+            load = _typed_series if spec.layout == "typed" else _series
+            data.streams[name] = load(column, row, ep, name)
             check_series_shape(spec, data.streams[name], ep)
             return
         try:
@@ -213,7 +260,7 @@ class EpisodeLoader:
     def _relative_ns(self, data: EpisodeData, problems: list[EpisodeError] | None = None) -> None:
         ns = {n: a for n, a in data.streams.items() if self.schema.fields[n].time_unit == "ns"}
         for n, arr in list(ns.items()):
-            if arr.dtype.kind not in "iu":
+            if (arr.times if isinstance(arr, RawSeries) else arr).dtype.kind not in "iu":
                 error = EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column")
                 if problems is None:
                     raise error
@@ -229,15 +276,20 @@ class EpisodeLoader:
                 setattr(data, bound, getattr(data, bound) - origin * 1e-9)
 
 
-def ns_to_seconds(streams: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
-    """int64-nanosecond `[T, N+1]` streams -> float64 seconds since their common first time.
+def ns_to_seconds(streams: dict[str, np.ndarray | RawSeries]) -> tuple[dict[str, np.ndarray | RawSeries], int]:
+    """int64-nanosecond streams -> float64 seconds since their common first time.
 
     The origin is subtracted in int64 before converting, so times 1 ns apart stay distinct (float64 of
-    1.7e18 ns itself only resolves 256 ns)."""
-    firsts = [int(a[:, 0].min()) for a in streams.values() if len(a)]
+    1.7e18 ns itself only resolves 256 ns). `[T, N+1]` rows come back as float64 rows (one dtype for
+    time and values); a `RawSeries` keeps its values as they are."""
+    stored = {n: a.times if isinstance(a, RawSeries) else a[:, 0] for n, a in streams.items()}  # [T] each
+    firsts = [int(t.min()) for t in stored.values() if len(t)]
     origin = min(firsts) if firsts else 0
-    out = {}
+    out: dict[str, np.ndarray | RawSeries] = {}
     for name, arr in streams.items():
-        times = (arr[:, 0].astype(np.int64) - origin).astype(np.float64) * 1e-9  # [T]
-        out[name] = np.column_stack([times, arr[:, 1:].astype(np.float64)])
+        times = (stored[name].astype(np.int64) - origin).astype(np.float64) * 1e-9  # [T]
+        if isinstance(arr, RawSeries):
+            out[name] = RawSeries(times, arr.values)
+        else:
+            out[name] = np.column_stack([times, arr[:, 1:].astype(np.float64)])
     return out, origin

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -67,6 +68,8 @@ class FieldSpec:
     quaternion_order: str | None = None
     fps: float | None = None
     declared: bool = False
+    # "typed": the struct layout {t: list<float64 | int64>, v: list<list<T>>}; None: [T, N+1] rows
+    layout: str | None = None
 
     def describe(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if v is not None and k not in ("name", "declared")}
@@ -104,6 +107,35 @@ class StoreSchema:
         return [f for f in self.fields.values() if f.kind == "timeseries"]
 
 
+def _is_list(typ: pa.DataType) -> bool:
+    return pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
+
+
+TYPED_LAYOUT = "{t: list<float64 | int64>, v: list<list<T>>} (T: bool, int8..int64, uint8..uint64, float32, float64)"
+
+
+def _infer_typed(name: str, table: str, typ: pa.StructType) -> FieldSpec | str:
+    """The typed time-series layout: times and values in two lists, so the values keep their dtype."""
+    t, v = typ.field("t").type, typ.field("v").type
+    why = f"a typed time series must be {TYPED_LAYOUT}, got {typ}"
+    if not (_is_list(t) and _is_list(v) and _is_list(v.value_type)):
+        return why
+    tleaf, leaf = t.value_type, v.value_type.value_type
+    if pa.types.is_floating(tleaf) and tleaf != pa.float64():
+        return f"typed time series with {tleaf} times: they would lose precision (float32 has ~1 ms resolution " \
+               "after 2 hours); write t as list<float64> (or list<int64> with time_unit: ns)"
+    if not (tleaf == pa.float64() or pa.types.is_integer(tleaf)):
+        return why
+    if pa.types.is_boolean(leaf) or pa.types.is_integer(leaf):
+        interpolation = "hold"
+    elif leaf in (pa.float32(), pa.float64()):
+        interpolation = "linear"
+    else:
+        return why
+    return FieldSpec(name, table, "timeseries", str(typ), interpolation,
+                     np.dtype(leaf.to_pandas_dtype()).name, layout="typed")
+
+
 def _infer(name: str, table: str, typ: pa.DataType, sample: Any) -> FieldSpec | str:
     """A FieldSpec from the Arrow type (and one sample value for path strings), or why not."""
     if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
@@ -120,9 +152,12 @@ def _infer(name: str, table: str, typ: pa.DataType, sample: Any) -> FieldSpec | 
         return f"unsupported list type {typ}"
     if pa.types.is_struct(typ):
         names = {typ.field(i).name for i in range(typ.num_fields)}
+        if names == {"t", "v"}:
+            return _infer_typed(name, table, typ)
         if {"path", "fps"} <= names and names <= {"path", "fps", "start_s", "end_s", "clock_offset_s"}:
             return FieldSpec(name, table, "video", str(typ), "nearest")
-        return f"unsupported struct {typ} (a video struct has path, fps, start_s, end_s, clock_offset_s)"
+        return (f"unsupported struct {typ} (a video struct has path, fps, start_s, end_s, clock_offset_s; "
+                f"a typed time series is {TYPED_LAYOUT})")
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
         text = str(sample or "").lower()
         if text.endswith(IMAGE_EXTS):
@@ -252,7 +287,8 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
                      interp if kind in ("timeseries", "video") else None, spec.value_dtype,
                      tuple(names) if names else None, tuple(units) if isinstance(units, list) else units,
                      float(max_gap) if max_gap is not None else None, time_unit,
-                     order if interp == "slerp" else None, float(fps) if fps else spec.fps, declared=True)
+                     order if interp == "slerp" else None, float(fps) if fps else spec.fps, declared=True,
+                     layout=spec.layout)
 
 
 def open_store(root: Path) -> StoreSchema:
@@ -358,7 +394,11 @@ def open_store(root: Path) -> StoreSchema:
     for spec in fields.values():
         if spec.kind == "timeseries" and spec.interpolation == "slerp" and spec.value_dtype not in ("float32", "float64"):
             problems.append(Problem("error", "slerp needs float quaternion values", field=spec.name))
-        if spec.kind == "timeseries" and spec.value_dtype in ("float16", "float32"):
+        if spec.kind == "timeseries" and spec.value_dtype in ("bool", "bool_") and spec.interpolation in ("linear", "slerp"):
+            problems.append(Problem("error", f"{spec.interpolation} interpolation of bool values would export "
+                                    "fractions between false and true", field=spec.name,
+                                    hint="declare interpolation: hold or nearest for it in store.yaml"))
+        if spec.kind == "timeseries" and spec.layout is None and spec.value_dtype in ("float16", "float32"):
             problems.append(Problem("error", f"time series stored as {spec.value_dtype}: column 0 (time) would "
                                     "lose precision (float32 has ~1 ms resolution after 2 hours)", field=spec.name,
                                     hint="write list<list<float64>> (values are cast back on export)"))

@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from robowds.export.core.extent import ExtentError, episode_extent, segment_span
 from robowds.export.core.plausible import MAX_EPISODE_S, extent_problem, period_problem
+from robowds.export.core.precision import PrecisionLoss, float32_loss, loss_fix, loss_text, worst
 from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, probe_video
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
@@ -36,6 +37,13 @@ class StoreReport:
     rates: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> episode -> median rate (Hz)
     durations: dict[str, float] = field(default_factory=dict)  # episode -> seconds
     problems: list[Problem] = field(default_factory=list)
+    # field -> (worst episode, its loss) and the count of episodes whose values float32 cannot tell apart
+    float32_losses: dict[str, tuple[str, PrecisionLoss]] = field(default_factory=dict)
+    float32_counts: dict[str, int] = field(default_factory=dict)
+
+    def add_float32_loss(self, name: str, episode: str, loss: PrecisionLoss) -> None:
+        self.float32_losses[name] = worst(self.float32_losses.get(name), (episode, loss))
+        self.float32_counts[name] = self.float32_counts.get(name, 0) + 1
 
     @property
     def exportable(self) -> bool:
@@ -122,6 +130,9 @@ def validate_store(root: Path, progress: bool = False, max_episode_s: float = MA
                                            hint=error.hint))
         timed = any(schema.fields[e.field].kind in ("timeseries", "video") for e in errors if e.field)
         _check_episode(schema, data, report, max_episode_s, extent=not (timed or schema.errors))
+    for name, (ep, loss) in sorted(report.float32_losses.items()):  # one warning per field, not per episode
+        report.problems.append(Problem("warning", "stored as float32 (the export's default float_dtype), "
+                                       + loss_text(loss, ep, report.float32_counts[name]), field=name, hint=loss_fix(name)))
     return report
 
 
@@ -143,6 +154,10 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
             if count:
                 report.problems.append(Problem("warning", f"{count} {REPAIR_TEXT[kind]}", ep, name))
         report.rates.setdefault(name, {})[ep] = 1.0 / stream.median_period
+        if spec.interpolation in ("linear", "slerp") or np.dtype(spec.value_dtype or "float64").kind == "f":
+            loss = float32_loss(stream.values)  # [T, N]: the export writes these as float32 by default
+            if loss is not None:
+                report.add_float32_loss(name, ep, loss)
         period = period_problem(stream.median_period)
         if period is not None:
             report.problems.append(Problem("error", period.message, ep, name, hint=period.hint))
