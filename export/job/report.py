@@ -260,7 +260,8 @@ def report_warnings(report: dict[str, Any], split_rules: dict[str, Any] | None =
                        "config and min_valid_fraction")
     for name, entry in report.get("float32_loss", {}).items():
         loss = PrecisionLoss(entry["column"], entry["max_error"], entry["spread"])
-        out.append(f"field {name!r} is stored as float32: {loss_text(loss, entry['episode_id'], entry['episodes'])}: {loss_fix(name)} "
+        lost = loss_text(loss, entry["episode_id"], entry["episodes"])
+        out.append(f"field {name!r} is stored as float32: {lost}: {loss_fix(name)} "
                    f"(report.float32_loss.{name} in the manifest)")
     for name, video in report.get("video", {}).items():
         if video.get("missing_frame_steps"):

@@ -108,7 +108,7 @@ def _typed_series(column: pa.StructArray, row: int, episode: str, name: str) -> 
     width = int(widths[0]) if len(widths) else 1
     if (widths != width).any():
         at = int(np.argmax(widths != width))
-        raise bad(f"v row {at} has {widths[at]} values, row 0 has {width}",
+        raise bad(f"v row {at} has {widths[at]} value(s), row 0 has {width}",
                   "every row of v must hold the same N values")
     leaf = rows.flatten()
     if leaf.null_count and not pa.types.is_floating(leaf.type):

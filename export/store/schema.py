@@ -394,7 +394,8 @@ def open_store(root: Path) -> StoreSchema:
     for spec in fields.values():
         if spec.kind == "timeseries" and spec.interpolation == "slerp" and spec.value_dtype not in ("float32", "float64"):
             problems.append(Problem("error", "slerp needs float quaternion values", field=spec.name))
-        if spec.kind == "timeseries" and spec.value_dtype in ("bool", "bool_") and spec.interpolation in ("linear", "slerp"):
+        if (spec.kind == "timeseries" and spec.value_dtype in ("bool", "bool_")
+                and spec.interpolation in ("linear", "slerp")):
             problems.append(Problem("error", f"{spec.interpolation} interpolation of bool values would export "
                                     "fractions between false and true", field=spec.name,
                                     hint="declare interpolation: hold or nearest for it in store.yaml"))

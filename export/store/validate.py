@@ -132,7 +132,8 @@ def validate_store(root: Path, progress: bool = False, max_episode_s: float = MA
         _check_episode(schema, data, report, max_episode_s, extent=not (timed or schema.errors))
     for name, (ep, loss) in sorted(report.float32_losses.items()):  # one warning per field, not per episode
         report.problems.append(Problem("warning", "stored as float32 (the export's default float_dtype), "
-                                       + loss_text(loss, ep, report.float32_counts[name]), field=name, hint=loss_fix(name)))
+                                       + loss_text(loss, ep, report.float32_counts[name]),
+                                       field=name, hint=loss_fix(name)))
     return report
 
 
