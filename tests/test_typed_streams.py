@@ -51,7 +51,7 @@ def _flags_store(root: Path) -> Path:
     done = pa.array([{"t": T_DONE, "v": [[v] for v in V_DONE]}], type=_typed(pa.bool_()))
     phase = pa.array([{"t": T_PHASE, "v": V_PHASE}], type=_typed(pa.int64()))
     return _store(root, {"episode_id": ["a"], "done": done, "phase": phase},
-                  {"fields": {"phase": {"interpolation": "nearest"}}})
+                  {"fields": {"phase": {"interpolation": "nearest", "names": ["stage", "step"]}}})
 
 
 def _export(store: Path, out: Path, *sets: str) -> int:
@@ -103,6 +103,7 @@ def test_export_keeps_bool_and_int64_exact_under_hold_and_nearest(tmp_path: Path
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     schema = manifest["schema"]
     assert (schema["done"]["dtype"], schema["phase"]["dtype"]) == ("bool", "int64")
+    assert schema["phase"]["names"] == ["stage", "step"] and schema["phase"]["shape"] == [2, 2]
     assert (schema["done"]["interpolation"], schema["phase"]["interpolation"]) == (
         ("nearest", "hold") if swap else ("hold", "nearest"))
     want_done = _expected(V_DONE, NEAR_DONE if swap else HOLD_DONE, np.bool_)

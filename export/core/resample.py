@@ -60,6 +60,10 @@ class RawSeries:
     times: np.ndarray  # [T] float64 or int64
     values: np.ndarray  # [T, N] any numeric or bool dtype
 
+    def __len__(self) -> int:
+        """T, the samples."""
+        return len(self.times)
+
     @property
     def width(self) -> int:
         """N, the values per sample."""
