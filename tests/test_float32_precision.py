@@ -80,6 +80,9 @@ def test_export_report_and_summary_warn(tmp_path: Path, capsys: pytest.CaptureFi
     assert (f"warning: field 'utm' is stored as float32: {_loss_text()}: {FIX} "
             "(report.float32_loss.utm in the manifest)") in out.splitlines()
     assert "'joints'" not in out
+    assert main(["export", str(store), str(tmp_path / "f64"), "--quiet", "--set", "float_dtype=float64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("exported 2 episodes") and "warning" not in out  # the global fix silences it
     report = json.loads((tmp_path / "out" / "manifest.json").read_text())["report"]
     (e0, s0), (e1, s1) = _northing_loss(0), _northing_loss(1)
     episode, error, spread = ("ep1", e1, s1) if e1 / s1 > e0 / s0 else ("ep0", e0, s0)
