@@ -222,7 +222,8 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
     source_bytes = sum(p.stat().st_size for p in Path(store).rglob("*") if p.is_file())
     output_bytes = sum(s["bytes"] for s in shards)
     lossy = _float32_report(good)
-    return {**({"float32_loss": lossy} if lossy else {}),
+    return {
+        **({"float32_loss": lossy} if lossy else {}),  # sorted when written (publish.py)
         "episodes": {"total": len(records), "exported": len(good),
                      "rejected": [{"episode_id": r["episode_id"], **r["error"]} for r in records if r["error"]]},
         "windows": {"candidates": sum(r["report"]["candidates"] for r in good),
