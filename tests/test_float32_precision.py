@@ -131,9 +131,18 @@ def test_invalid_dtype_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_dtype_on_a_field_that_is_not_a_time_series_is_refused(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from videos import write_video
+
     store = _store(tmp_path / "s")
-    pq.write_table(pa.table({"episode_id": ["ep0", "ep1"], "task": ["pick", "place"]}), store / "text.parquet")
+    for e in range(2):
+        write_video(store / f"cam_{e}.mp4", [k * 100 for k in range(20)])
+    pq.write_table(pa.table({"episode_id": ["ep0", "ep1"], "task": ["pick", "place"],
+                             "cam": [{"path": f"cam_{e}.mp4", "fps": 10.0} for e in range(2)]}), store / "more.parquet")
     assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--set", "streams.task.dtype=float64"]) == 2
     assert capsys.readouterr().err == ("robowds export: error: config streams.task sets ['dtype'], but 'task' is a "
                                        "text field (one per episode, not windowed): they would be ignored\n"
                                        "  fix: remove streams.task from the config\n")
+    assert main(["export", str(store), str(tmp_path / "out"), "--quiet", "--set", "streams.cam.dtype=float64"]) == 2
+    assert capsys.readouterr().err == ("robowds export: error: config streams.cam sets dtype, but 'cam' is a video "
+                                       "field (frames are uint8)\n  fix: dtype is the output dtype of a time series; "
+                                       "remove it from streams.cam\n")
