@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from robowds.export.check.result import VerifyResult
 from robowds.export.errors import EpisodeError
@@ -33,7 +34,9 @@ def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: int, seed: int,
-                      result: VerifyResult) -> None:
+                      result: VerifyResult, progress: bool = False) -> None:
+    """`progress`: a bar on stderr over the picked windows, moving as each is rebuilt (building an
+    episode's windows is most of verify --store's time, so a per-shard bar alone sat still)."""
     if fingerprint(store) != manifest["source"]["fingerprint"]:
         result.failures.append(f"store {store} changed since the export (fingerprint differs); "
                                "recomputed windows are not expected to match")
@@ -59,9 +62,11 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
             episode = next(ep for ep, prefix in job.prefixes.items() if key.rsplit("_", 1)[0] == prefix)
             picks.setdefault(episode, []).append((key, shard.path, start, blob))
     loader = EpisodeLoader(job.schema, job.load_fields)
+    bar = tqdm(total=sum(map(len, picks.values())), desc="recompute", unit="window", disable=not progress)
     for data in loader.load(sorted(picks)):
         if isinstance(data, EpisodeError):
             result.failures.append(str(data))
+            bar.update(len(picks[data.episode_id]))
             continue
         wanted = {key: (path, start, blob) for key, path, start, blob in picks[data.episode_id]}
         windows = EpisodeWindows()
@@ -72,6 +77,7 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
                 if key in wanted:
                     path, start, stored = wanted.pop(key)
                     result.recomputed += 1
+                    bar.update(1)
                     if blob != stored:
                         result.failures.append(f"shard {path}: key {key} (byte {start}) differs from the window "
                                                f"recomputed from the store{_diff(blob, stored)}")
@@ -79,6 +85,8 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
             result.failures.append(str(exc))
         for key, (path, start, _) in wanted.items():
             result.failures.append(f"shard {path}: key {key} (byte {start}) is not produced by the store")
+        bar.update(len(wanted))
+    bar.close()
 
 
 def _diff(new: bytes, old: bytes) -> str:

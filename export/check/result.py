@@ -18,6 +18,11 @@ class VerifyResult:
     def ok(self) -> bool:
         return not self.failures
 
+    def to_json(self) -> dict[str, object]:
+        """What `verify --json` prints: the counts, the verdict and every failure (unbounded)."""
+        return {"ok": self.ok, "shards": self.shards, "samples": self.samples, "recomputed": self.recomputed,
+                "failures": list(self.failures)}
+
     def render(self) -> str:
         head = (f"verified {self.shards} shards, {self.samples} samples"
                 + (f", {self.recomputed} windows recomputed from the store" if self.recomputed else ""))

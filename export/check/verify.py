@@ -156,5 +156,5 @@ def verify_export(out: Path, store: Path | None = None, check_windows: int = 32,
     if store is not None and result.ok:
         from robowds.export.check.recompute import recompute_windows
 
-        recompute_windows(out, manifest, Path(store), check_windows, seed, result)
+        recompute_windows(out, manifest, Path(store), check_windows, seed, result, progress=progress)
     return result

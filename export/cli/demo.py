@@ -14,7 +14,7 @@ from robowds.export.job.run import run_export
 from robowds.export.store.validate import validate_store
 
 
-def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:
+def run_demo(base: Path, episodes: int = 24, workers: int = 2, progress: bool = True) -> int:
     base = Path(base)
     store, out = base / "store", base / "out"
     if base.exists():
@@ -34,9 +34,9 @@ def run_demo(base: Path, episodes: int = 24, workers: int = 2) -> int:
     config = load_config(None, ["splits.val=0.125", "streams.joints.rate_hz=50",
                                 "streams.imu.rate_hz=100", "streams.imu.duration_s=0.5",
                                 "streams.imu.offset_s=-0.5", "min_valid_fraction=0.5"])
-    print(run_export(store, out, config, workers=workers).line())
+    print(run_export(store, out, config, workers=workers, progress=progress).line())
     print("4/5 verify (with 16 windows recomputed from the store)")
-    result = verify_export(out, store=store, check_windows=16)
+    result = verify_export(out, store=store, check_windows=16, progress=progress)
     print(result.render())
     if not result.ok:
         return 1

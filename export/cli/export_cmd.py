@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, "
                         "and only once the new export is complete; your own files stay)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=run)
 
@@ -46,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
     config = load_config(args.config, overrides(args))
     summary = run_export(args.store, args.out, config, workers=args.workers, overwrite=args.overwrite,
-                         progress=not args.quiet)
-    print(summary.line())
+                         progress=not (args.quiet or args.json))
+    print(json.dumps(summary.to_json(), indent=1) if args.json else summary.line())
     return 0

@@ -8,8 +8,8 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="print one window, or draw it (--png)")
-    p.add_argument("out", type=Path)
-    p.add_argument("--split", default="train")
+    p.add_argument("out", type=Path, help="export folder (holds manifest.json)")
+    p.add_argument("--split", default="train", help="split to take the window from")
     p.add_argument("--key", help="sample key, e.g. ep_0003_000042")
     p.add_argument("--index", type=int, help="the N-th sample of the split in shard order (default 0)")
     p.add_argument("--png", type=Path, help="draw the window into this PNG file")

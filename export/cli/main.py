@@ -8,26 +8,53 @@ for bugs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from robowds.export import __version__
 from robowds.export.cli import demo_cmd, export_cmd, inspect_cmd, synth_cmd, validate_cmd, verify_cmd
 from robowds.export.errors import UserError
 
 COMMANDS = (synth_cmd, validate_cmd, export_cmd, verify_cmd, inspect_cmd, demo_cmd)  # in help order
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader went away
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Each option's help ends with its default, unless the default says nothing (None, False, []) or
+    the help already tells it in words."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        says_nothing = action.default is None or action.default is False or action.default == []  # not 0
+        silent = says_nothing or action.default == argparse.SUPPRESS or "default" in text
+        return text if silent or not action.option_strings else text + " (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="robowds", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    names = ", ".join(command.__name__.rsplit(".", 1)[1].removesuffix("_cmd") for command in COMMANDS)
+    parser = argparse.ArgumentParser(prog="robowds", description=f"Robot episodes -> resampled, padded WebDataset "
+                                     f"windows. Commands: {names}; `robowds COMMAND --help` for each one's options.")
+    parser.add_argument("--version", action="version", version=f"robowds {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
+    for command_parser in sub.choices.values():
+        command_parser.formatter_class = DefaultsShown
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.fn(args))
+        code = int(args.fn(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit where it cannot be caught
+        return code
+    except BrokenPipeError:  # `robowds validate STORE -v | head -2`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own exit-time flush must not raise again
+        return EXIT_BROKEN_PIPE
     except UserError as exc:
         print(f"robowds {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

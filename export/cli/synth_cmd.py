@@ -10,9 +10,9 @@ from robowds.export.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="write a realistic synthetic episode store")
-    p.add_argument("store", type=Path)
-    p.add_argument("--episodes", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("store", type=Path, help="new folder to write the store into")
+    p.add_argument("--episodes", type=int, default=8, help="number of episodes (4-12 s each)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated signals")
     p.set_defaults(fn=run)
 
 

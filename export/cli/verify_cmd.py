@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from robowds.export.errors import UserError
@@ -10,11 +11,13 @@ from robowds.export.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check shards against the manifest (and windows against the store)")
-    p.add_argument("out", type=Path)
+    p.add_argument("out", type=Path, help="export folder (holds manifest.json)")
     p.add_argument("--store", type=Path, help="recompute a random subset of windows from this store")
     p.add_argument("--check-windows", type=int, default=32, help="how many windows to recompute (with --store)")
     p.add_argument("--seed", type=int, default=0, help="which random windows to recompute")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON document on stdout (exit code as without it)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=run)
 
 
@@ -27,6 +30,6 @@ def run(args: argparse.Namespace) -> int:
     if args.store is not None and not args.store.is_dir():
         raise UserError(f"store {args.store} is not a folder", hint="pass the store the export was made from")
     result = verify_export(args.out, store=args.store, check_windows=args.check_windows, seed=args.seed,
-                           progress=not args.quiet)
-    print(result.render())
+                           progress=not (args.quiet or args.json))
+    print(json.dumps(result.to_json(), indent=1) if args.json else result.render())
     return 0 if result.ok else 1

@@ -54,6 +54,13 @@ class Summary:
     up_to_date: bool = False
     warnings: tuple[str, ...] = ()  # what the report holds that a user must not miss
 
+    def to_json(self) -> dict[str, Any]:
+        """What `export --json` prints."""
+        return {"out": str(self.out), "up_to_date": self.up_to_date, "episodes": self.episodes,
+                "rejected": self.rejected, "windows": self.windows, "dropped_min_valid": self.dropped,
+                "shards": self.shards, "bytes": self.bytes, "seconds": round(self.seconds, 3),
+                "warnings": list(self.warnings)}
+
     def line(self) -> str:
         if self.up_to_date:
             return f"{self.out}: export is up to date ({self.windows} windows in {self.shards} shards); nothing to do"

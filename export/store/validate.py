@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -59,6 +60,21 @@ class StoreReport:
         if high - low > RATE_SPREAD * mid:
             return f"{low:.2f}/{mid:.2f}/{high:.2f}"
         return f"{mid:.2f}"
+
+    def to_json(self) -> dict[str, Any]:
+        """What `validate --json` prints: the verdict, per field its schema and rates, durations and every
+        problem (unbounded: a pipeline filters them itself)."""
+        s = self.schema
+        fields = {name: {"table": f.table, "kind": f.kind, "dtype": f.value_dtype, "interpolation": f.interpolation,
+                         "declared": f.declared,
+                         "rate_hz": {ep: round(hz, 6) for ep, hz in sorted(self.rates.get(name, {}).items())}}
+                  for name, f in sorted(s.fields.items())}
+        return {"store": str(s.root), "exportable": self.exportable, "episodes": len(s.episode_ids),
+                "fields": fields, "durations_s": {ep: round(sec, 6) for ep, sec in sorted(self.durations.items())},
+                "problems": [{"severity": p.severity, "episode": p.episode, "field": p.field, "message": p.message,
+                              "hint": p.hint} for p in self.problems],
+                "errors": sum(p.severity == "error" for p in self.problems),
+                "warnings": sum(p.severity == "warning" for p in self.problems)}
 
     def render(self, verbose: bool = False) -> str:
         s = self.schema
