@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from robowds.export.core.resample import RawSeries
 from robowds.export.errors import EpisodeError
-from robowds.export.store.schema import FieldSpec, StoreSchema, media_hint, safe_media_path
+from robowds.export.store.schema import FieldSpec, MediaPathError, StoreSchema, media_hint
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
 
@@ -229,9 +229,9 @@ class EpisodeLoader:
         elif spec.kind == "video":
             video = dict(value) if isinstance(value, dict) else {"path": value, "fps": spec.fps}
             try:
-                video["file"] = str(safe_media_path(self.root, str(video["path"])))
-            except ValueError as exc:
-                raise EpisodeError(ep, name, str(exc)) from exc
+                video["file"] = str(self.schema.media_path(str(video["path"])))
+            except MediaPathError as exc:
+                raise EpisodeError(ep, name, str(exc), hint=exc.hint) from exc
             if not Path(video["file"]).is_file():
                 raise EpisodeError(ep, name, f"video file {video['path']!r} is missing", hint=media_hint(spec))
             data.videos[name] = video
@@ -244,10 +244,10 @@ class EpisodeLoader:
             blob = bytes(value)
         else:
             try:
-                path = safe_media_path(self.root, str(value))
+                path = self.schema.media_path(str(value))
                 blob = path.read_bytes()
-            except ValueError as exc:
-                raise EpisodeError(ep, name, str(exc)) from exc
+            except MediaPathError as exc:
+                raise EpisodeError(ep, name, str(exc), hint=exc.hint) from exc
             except OSError as exc:
                 raise EpisodeError(ep, name, f"image file {value!r} cannot be read: {exc.strerror}",
                                    hint=media_hint(self.schema.fields[name])) from exc

@@ -86,6 +86,12 @@ class StoreSchema:
     reserved: dict[str, str]  # reserved column -> table holding it
     clock: str | None
     problems: list[Problem] = field(default_factory=list)
+    # store.yaml `media_roots`, resolved: folders outside the store that media may live in (opt-in)
+    media_roots: tuple[Path, ...] = ()
+
+    def media_path(self, rel: str) -> Path:
+        """A media path from a table, resolved and confined to the store or a declared media root."""
+        return safe_media_path(self.root, rel, self.media_roots)
 
     @property
     def errors(self) -> list[Problem]:
@@ -194,27 +200,28 @@ def invalid_utf8_row(column: pa.Array | pa.ChunkedArray) -> int | None:
     return None
 
 
-def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, dict[str, Any]], str | None]:
+def _load_declarations(root: Path, problems: list[Problem]
+                       ) -> tuple[dict[str, dict[str, Any]], str | None, tuple[Path, ...]]:
     path = root / STORE_YAML
     if not path.exists():
-        return {}, None
+        return {}, None, ()
     try:
         doc = load_file(path) or {}
     except YamlError as exc:
         problems.append(Problem("error", f"{STORE_YAML} is {exc.reason}", hint=f"fix {path}"))
-        return {}, None
+        return {}, None, ()
     except OSError as exc:
         problems.append(Problem("error", f"{STORE_YAML} cannot be read: {exc.strerror or exc}",
                                 hint=f"make {path} a readable YAML file, or remove it"))
-        return {}, None
+        return {}, None, ()
     if not isinstance(doc, dict):
         problems.append(Problem("error", f"{STORE_YAML} must be a mapping",
-                                hint="see the README, section store.yaml"))
-        return {}, None
-    unknown = set(doc) - {"version", "clock", "fields"}
+                                hint="see docs/store.md, section store.yaml"))
+        return {}, None, ()
+    unknown = set(doc) - {"version", "clock", "fields", "media_roots"}
     if unknown:
         problems.append(Problem("error", f"{STORE_YAML}: unknown key(s) {sorted(unknown)}",
-                                hint="known: version, clock, fields"))
+                                hint="known: version, clock, fields, media_roots"))
     if doc.get("version", 1) != 1:
         problems.append(Problem("error", f"{STORE_YAML}: version {doc.get('version')!r} is not supported (1)"))
     decls = doc.get("fields") or {}
@@ -236,7 +243,28 @@ def _load_declarations(root: Path, problems: list[Problem]) -> tuple[dict[str, d
         if bad:
             problems.append(Problem("error", f"{STORE_YAML}: unknown declaration key(s) {sorted(bad)}",
                                     field=name, hint=f"known: {', '.join(sorted(DECL_KEYS))}"))
-    return decls, clock
+    return decls, clock, _media_roots(root, doc.get("media_roots"), problems)
+
+
+def _media_roots(root: Path, value: Any, problems: list[Problem]) -> tuple[Path, ...]:
+    """store.yaml `media_roots`: folders (absolute, or relative to the store) that symlinked or
+    absolute media paths may resolve into. Without it, nothing a table names may leave the store."""
+    if value is None:
+        return ()
+    hint = "write media_roots as a list of folders, e.g. `media_roots: [/data/videos]` (relative ones start at the store)"
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        problems.append(Problem("error", f"{STORE_YAML}: media_roots must be a list of folder paths, got {value!r}",
+                                hint=hint))
+        return ()
+    roots = []
+    for entry in value:
+        folder = (root / entry).resolve()  # an absolute entry replaces root
+        if not folder.is_dir():
+            problems.append(Problem("error", f"{STORE_YAML}: media root {entry!r} is not a folder ({folder})",
+                                    hint="create it, fix the path, or remove it from media_roots"))
+            continue
+        roots.append(folder)
+    return tuple(roots)
 
 
 def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> FieldSpec:
@@ -300,7 +328,7 @@ def open_store(root: Path) -> StoreSchema:
     table_paths = sorted(root.glob("*.parquet"))
     if not table_paths:
         raise UserError(f"store {root} has no *.parquet tables", hint="see the README, section 'The episode store'")
-    decls, clock = _load_declarations(root, problems)
+    decls, clock, media_roots = _load_declarations(root, problems)
     tables: dict[str, list[str]] = {}
     fields: dict[str, FieldSpec] = {}
     rows: dict[str, dict[str, tuple[int, int]]] = {}
@@ -420,7 +448,8 @@ def open_store(root: Path) -> StoreSchema:
     if not fields:
         problems.append(Problem("error", "the store has no fields besides episode_id"))
     return StoreSchema(root=root, tables={t: c for t, c in tables.items()}, fields=fields,
-                       episode_ids=sorted(all_ids), rows=rows, reserved=reserved, clock=clock, problems=problems)
+                       episode_ids=sorted(all_ids), rows=rows, reserved=reserved, clock=clock, problems=problems,
+                       media_roots=media_roots)
 
 
 def fingerprint(root: Path) -> str:
@@ -454,11 +483,34 @@ def media_hint(spec: FieldSpec) -> str:
     return "fix the path (relative to the store folder) or add the file" + _text_hint(spec)
 
 
-def safe_media_path(root: Path, rel: str) -> Path:
-    """Resolve a media path from a table, refusing anything that leaves the store."""
-    if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts or re.match(r"^[a-z]+:", rel):
-        raise ValueError(f"media path {rel!r} must be relative to the store and stay inside it")
-    path = (root / rel).resolve()
-    if not path.is_relative_to(root.resolve()):
-        raise ValueError(f"media path {rel!r} leaves the store")
+class MediaPathError(ValueError):
+    """A media path a table names that robowds may not open; `hint` says how to allow or fix it."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def safe_media_path(root: Path, rel: str, media_roots: tuple[Path, ...] = ()) -> Path:
+    """Resolve a media path from a table, refusing anything that leaves the store, unless it resolves
+    into one of the store's declared `media_roots` (store.yaml; opt-in, none by default).
+
+    `..` and URLs are refused always; an absolute path only with media roots. A symlink inside the
+    store is followed, and its target must lie in the store or a media root: the error names both the
+    link and its target, because "leaves the store" alone puzzles the user who made the link."""
+    opt_in = (f"to allow it, list the folder it is in under media_roots in {STORE_YAML} "
+              "(e.g. `media_roots: [/data/videos]`)")
+    absolute = bool(rel) and Path(rel).is_absolute()
+    if not rel or ".." in Path(rel).parts or re.match(r"^[a-z]+:", rel):
+        raise MediaPathError(f"media path {rel!r} must be relative to the store and stay inside it",
+                             hint="write paths relative to the store folder, without `..` or a URL scheme")
+    if absolute and not media_roots:
+        raise MediaPathError(f"media path {rel!r} is absolute, outside the store", hint=opt_in)
+    path = (root / rel).resolve()  # an absolute rel replaces root
+    if not any(path.is_relative_to(folder) for folder in (root.resolve(), *media_roots)):
+        link = next((p for p in [root / rel, *(root / rel).parents] if p.is_symlink()), None)
+        where = "outside the store" + (" and every media root" if media_roots else "")
+        if link is not None and not absolute:
+            raise MediaPathError(f"media path {rel!r} is a link whose target {path} is {where}", hint=opt_in)
+        raise MediaPathError(f"media path {rel!r} resolves to {path}, {where}", hint=opt_in)
     return path

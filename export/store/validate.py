@@ -19,7 +19,7 @@ from robowds.export.core.precision import PrecisionLoss, float32_loss, loss_fix,
 from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, probe_video
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
-from robowds.export.store.schema import Problem, StoreSchema, media_hint, open_store, safe_media_path
+from robowds.export.store.schema import MediaPathError, Problem, StoreSchema, media_hint, open_store
 
 FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
 RATE_SPREAD = 0.01  # a field's rates over episodes differing by more than this (relative): shown as a spread
@@ -182,9 +182,9 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
     cameras = []
     for name, video in data.videos.items():
         try:
-            path = safe_media_path(schema.root, str(video.get("path")))
-        except ValueError as exc:
-            report.problems.append(Problem("error", str(exc), ep, name))
+            path = schema.media_path(str(video.get("path")))
+        except MediaPathError as exc:
+            report.problems.append(Problem("error", str(exc), ep, name, hint=exc.hint))
             continue
         if not path.is_file():
             report.problems.append(Problem("error", f"video file {video.get('path')!r} is missing", ep, name,
