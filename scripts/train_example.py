@@ -1,8 +1,11 @@
 """A tiny behaviour-cloning policy trained on a robowds export: DDP on CPU (gloo), resumable.
 
-An MLP reads the `joints` window (normalised with the manifest's statistics, padded steps zeroed, plus
-the mask) and predicts the `actions` window; the loss is the MSE over the real action steps only
-(`actions_mask`). Batches come from `ShardLoader`, which splits the epoch across ranks and DataLoader
+An MLP reads the observation windows (`--obs`, time-series fields normalised with the manifest's
+statistics, padded steps zeroed, plus their masks; optionally `--camera` video fields through a tiny
+conv encoder per frame) and predicts the action window (`--action`); the loss is the MSE over the real
+action steps only (`<action>_mask`). Without `--obs` / `--action` the fields are taken from the
+manifest when the choice is obvious (`joints`/`actions`, `state`/`action`, `observation.state`/...),
+else the script lists the time-series fields to choose from. Batches come from `ShardLoader`, which splits the epoch across ranks and DataLoader
 workers and has a cursor (`state_dict()`), so a resumed run reads exactly the batches the killed run
 would have read next.
 
@@ -46,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="export folder (holds manifest.json) or its URL")
     p.add_argument("--split", default="train")
+    p.add_argument("--obs", nargs="+", help="observation time-series field(s) (default: from the manifest)")
+    p.add_argument("--action", help="action time-series field to predict (default: from the manifest)")
+    p.add_argument("--camera", nargs="*", default=[], help="video field(s) to encode with a tiny conv net")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
@@ -67,19 +73,57 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-class Policy(nn.Module):
-    """[B, T, N] joints + [B, T] mask -> [B, Ta, Na] actions."""
+OBS_NAMES = ("joints", "state", "observation.state", "observation_state", "obs", "qpos", "proprio")
+ACTION_NAMES = ("actions", "action")
 
-    def __init__(self, joints_shape: tuple[int, int], actions_shape: tuple[int, int], hidden: int) -> None:
+
+def choose_fields(schema: dict[str, Any], obs: list[str] | None, action: str | None) -> tuple[list[str], str]:
+    """The observation and action fields: as given, else the obvious ones in the manifest's schema."""
+    series = sorted(n for n, s in schema.items() if s["kind"] == "timeseries")
+    action = action or next((n for n in ACTION_NAMES if n in series), None)
+    obs = obs or next(([n] for n in OBS_NAMES if n in series), None)
+    for name in [*(obs or []), *([action] if action else [])]:
+        if name not in series:
+            raise SystemExit(f"train_example: {name!r} is not a time-series field of the export; "
+                             f"time-series fields: {', '.join(series)}")
+    if obs is None or action is None:
+        raise SystemExit(f"train_example: pass --obs FIELD [FIELD ...] and --action FIELD; time-series fields: "
+                         f"{', '.join(series)}")
+    return obs, action
+
+
+class FrameEncoder(nn.Module):
+    """[B, T, H, W, C] uint8 frames -> [B, T * 16] features: two strided convs and a global mean per frame."""
+
+    def __init__(self, channels: int) -> None:
         super().__init__()
-        (t, n), (ta, na) = joints_shape, actions_shape
-        self.actions_shape = (ta, na)
-        self.net = nn.Sequential(nn.Linear(t * n + t, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+        self.net = nn.Sequential(nn.Conv2d(channels, 8, 5, stride=4), nn.GELU(), nn.Conv2d(8, 16, 3, stride=2),
+                                 nn.GELU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+    def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t = frames.shape[:2]
+        x = frames.flatten(0, 1).permute(0, 3, 1, 2).float() / 255.0  # [B*T, C, H, W]
+        return (self.net(x).view(b, t, -1) * mask[..., None]).flatten(1)  # padded frames contribute 0
+
+
+class Policy(nn.Module):
+    """Observation windows ([B, T, N] + [B, T] mask each) and camera windows -> [B, Ta, Na] actions."""
+
+    def __init__(self, obs_shapes: list[tuple[int, int]], camera_shapes: list[tuple[int, ...]],
+                 action_shape: tuple[int, int], hidden: int) -> None:
+        super().__init__()
+        self.action_shape = tuple(action_shape)
+        self.cameras = nn.ModuleList(FrameEncoder(shape[-1]) for shape in camera_shapes)
+        width = sum(t * n + t for t, n in obs_shapes) + sum(shape[0] * 16 for shape in camera_shapes)
+        ta, na = action_shape
+        self.net = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
                                  nn.Linear(hidden, ta * na))
 
-    def forward(self, joints: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([(joints * mask[..., None]).flatten(1), mask.float()], dim=1)  # [B, T*N + T]
-        return self.net(x).view(-1, *self.actions_shape)
+    def forward(self, obs: list[tuple[torch.Tensor, torch.Tensor]],
+                cameras: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        parts = [torch.cat([(x * m[..., None]).flatten(1), m.float()], dim=1) for x, m in obs]  # [B, T*N + T]
+        parts += [encoder(frames, m) for encoder, (frames, m) in zip(self.cameras, cameras)]
+        return self.net(torch.cat(parts, dim=1)).view(-1, *self.action_shape)
 
 
 class Normaliser:
@@ -126,8 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     dataset = ShardDataset(args.data, args.split, seed=args.seed, policy="pad")  # rank/world from the group
     loader = ShardLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
     schema, stats = dataset.manifest["schema"], dataset.manifest["stats"][args.split]
-    norm_joints, norm_actions = Normaliser(stats["joints"]), Normaliser(stats["actions"])
-    model = Policy(tuple(schema["joints"]["shape"]), tuple(schema["actions"]["shape"]), args.hidden)
+    obs_fields, action = choose_fields(schema, args.obs, args.action)
+    for name in args.camera:
+        if schema.get(name, {}).get("kind") != "video":
+            raise SystemExit(f"train_example: {name!r} is not a video field of the export; video fields: "
+                             f"{', '.join(sorted(n for n, s in schema.items() if s['kind'] == 'video')) or 'none'}")
+    norms = {name: Normaliser(stats[name]) for name in [*obs_fields, action]}
+    model = Policy([tuple(schema[n]["shape"]) for n in obs_fields], [tuple(schema[n]["shape"]) for n in args.camera],
+                   tuple(schema[action]["shape"]), args.hidden)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     step = 0
@@ -157,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         for epoch in range(dataset.epoch, args.epochs):
             loader.set_epoch(epoch)  # no-op when resuming inside this epoch
             for batch in loader:
-                pred = net(norm_joints(batch["joints"]), batch["joints_mask"])
-                loss = masked_mse(pred, norm_actions(batch["actions"]), batch["actions_mask"])
+                pred = net([(norms[n](batch[n]), batch[f"{n}_mask"]) for n in obs_fields],
+                           [(batch[n], batch[f"{n}_mask"]) for n in args.camera])
+                loss = masked_mse(pred, norms[action](batch[action]), batch[f"{action}_mask"])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # DDP averages the gradients over ranks here
                 optimizer.step()

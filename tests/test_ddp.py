@@ -235,3 +235,68 @@ def test_train_example_runs_without_torchrun(exports: dict[int, Path], tmp_path:
     for step in resumed:
         assert resumed[step]["first_keys"] == full[step]["first_keys"]
         assert abs(resumed[step]["loss"] - full[step]["loss"]) <= 1e-6
+
+
+@pytest.fixture(scope="module")
+def g1_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The vendored real G1 episodes (LeRobot v2.1: `state` and `action` at 30 Hz, AV1 camera) as a store,
+    exported with 1 s action chunks and 3-frame 64x64 camera windows: fields named as the data names them
+    (no `joints` / `actions`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from realdata import G1_EPISODES, g1_parquet, g1_video
+    from test_real_and_readme import lerobot_to_store
+
+    root = tmp_path_factory.mktemp("g1")
+    store = root / "store"
+    lerobot_to_store([g1_parquet(e) for e in G1_EPISODES], store)
+    (store / "media").mkdir()
+    for e in G1_EPISODES:
+        os.symlink(g1_video(e), store / "media" / f"{e}.mp4")
+    table = pq.read_table(store / "episodes.parquet")
+    pq.write_table(table.append_column("cam", pa.array([f"media/{e}.mp4" for e in G1_EPISODES])),
+                   store / "episodes.parquet")
+    (store / "store.yaml").write_text(f"media_roots: [{g1_video(G1_EPISODES[0]).parent}]\n"
+                                      "fields:\n  cam: {kind: video, fps: 30}\n")
+    assert robowds(["export", str(store), str(root / "out"), "--quiet", "--workers", "2", "--fps", "10",
+                    "--set", "streams.action.duration_s=1.0", "--set", "streams.action.rate_hz=10",
+                    "--set", "streams.cam.rate_hz=10", "--set", "streams.cam.duration_s=0.3",
+                    "--set", "streams.cam.resize=[64,64]"]) == 0
+    return root / "out"
+
+
+def test_train_example_on_real_g1_fields_with_a_camera_resumes_exactly(g1_export: Path, tmp_path: Path) -> None:
+    """`state` -> `action` chosen from the manifest (no --obs/--action), the camera through the conv
+    encoder, 2 ranks on gloo: killed after step 3 (checkpoint at 2) and resumed, the same as uninterrupted."""
+    common = ["--data", str(g1_export), "--epochs", "1", "--batch-size", "16", "--every", "2", "--hidden", "32",
+              "--camera", "cam"]
+    torchrun(TRAIN, *common, "--checkpoint", str(tmp_path / "full.pt"), "--log-file", str(tmp_path / "full.jsonl"))
+    full = read_log(tmp_path / "full.jsonl")
+    per_rank = -(-json.loads((g1_export / "manifest.json").read_text())["splits"]["train"]["samples"] // 2)
+    assert sorted(full) == list(range(1, -(-per_rank // 16) + 1))
+    ckpt = tmp_path / "killed.pt"
+    assert "stopped at --max-steps 3" in torchrun(TRAIN, *common, "--checkpoint", str(ckpt), "--max-steps", "3",
+                                                  "--log-file", str(tmp_path / "a.jsonl"))
+    assert torch.load(ckpt, map_location="cpu", weights_only=True)["step"] == 2
+    assert "resumed from" in torchrun(TRAIN, *common, "--checkpoint", str(ckpt), "--resume",
+                                      "--log-file", str(tmp_path / "b.jsonl"))
+    resumed = read_log(tmp_path / "b.jsonl")
+    assert sorted(resumed) == list(range(3, len(full) + 1))
+    for step, rec in resumed.items():
+        assert rec["first_keys"] == full[step]["first_keys"], step
+        assert abs(rec["loss"] - full[step]["loss"]) <= 1e-6, (step, rec["loss"], full[step]["loss"])
+
+
+def test_train_example_names_the_fields_when_the_choice_is_not_obvious(tmp_path: Path) -> None:
+    """An export without obvious observation/action names: a clear message listing the fields, no KeyError."""
+    store = tmp_path / "store"
+    write_synthetic_store(store, episodes=2, seed=0)
+    assert robowds(["export", str(store), str(tmp_path / "out"), "--quiet", "--workers", "1",
+                    "--set", "exclude=[joints, actions]"]) == 0
+    done = subprocess.run([sys.executable, str(TRAIN), "--data", str(tmp_path / "out"), "--max-steps", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("train_example: pass --obs FIELD [FIELD ...] and --action FIELD; time-series "
+                                  "fields: "), done.stderr
+    assert "imu" in done.stderr
