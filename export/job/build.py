@@ -57,6 +57,7 @@ class BuildSpec:
     images: dict[str, "ImageOptions"] = field(default_factory=dict)  # image field -> encoding (default original)
     max_episode_s: float = MAX_EPISODE_S  # longer extents are refused (export/core/plausible.py)
     dtypes: dict[str, str] = field(default_factory=dict)  # time-series field -> `streams.<field>.dtype` override
+    widths: dict[str, int] = field(default_factory=dict)  # time-series field -> N, for episodes that lack it
 
 
 @dataclass
@@ -145,6 +146,10 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     space; an episode whose planned windows exceed it stops the export (`DiskSpaceError`) before any
     is written."""
     streams = _clean(data, spec)
+    missing = sorted(n for n in spec.windows if n in data.missing)  # not recorded: zeros, mask all false
+    if spec.clock is not None and spec.clock in data.missing:
+        raise EpisodeError(data.episode_id, spec.clock, "the declared clock stream is missing in this episode",
+                           hint="record it, give the episode start_s/end_s, or remove `clock` from store.yaml")
     cameras = _open_videos(data, spec)
     start, end, resolution = build_extent(data, streams, spec, [c.span() for c in cameras.values()])
     frame_count = grid_frame_count(start, end, spec.fps, resolution)
@@ -161,8 +166,9 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     report.update(episode_id=data.episode_id, duration_s=end - start, candidates=int(len(anchors)),
                   emitted=0, dropped_min_valid=0,
                   repairs={n: s.repairs.as_dict() for n, s in streams.items() if s.repairs.total()},
-                  masked_steps={n: 0 for n in [*streams, *cameras]}, steps={n: 0 for n in [*streams, *cameras]},
-                  float32_loss=_float32_losses(streams, spec))
+                  masked_steps={n: 0 for n in [*streams, *missing, *cameras]},
+                  steps={n: 0 for n in [*streams, *missing, *cameras]},
+                  float32_loss=_float32_losses(streams, spec), missing_streams=missing)
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
     for name, camera in cameras.items():
         declared = data.videos[name].get("fps")
@@ -171,7 +177,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                                                 camera.info.measured_fps,
                                                 "declared_fps": float(declared) if declared else None}
     chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS
-    steps_per_window = sum(w.steps for n, w in spec.windows.items() if n in streams)
+    steps_per_window = sum(w.steps for n, w in spec.windows.items() if n in streams or n in missing)
     steps_per_window += sum(spec.videos[n][0].steps for n in cameras)
     chunk_size = max(1, min(chunk_size, CHUNK_QUERIES // max(1, steps_per_window)))
     _expect_frames(cameras, spec, start, anchors, chunk_size)
@@ -192,6 +198,10 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             flat, valid = resample(stream, q.ravel(), window.interpolation, max_gap, extent)
             values[name] = flat.reshape(q.shape + (flat.shape[1],))  # [W, n, N]
             masks[name] = valid.reshape(q.shape)  # [W, n]
+        for name in missing:
+            steps = spec.windows[name].steps
+            values[name] = np.zeros((len(chunk), steps, spec.widths[name]), output_dtype(spec, name))  # [W, n, N]
+            masks[name] = np.zeros((len(chunk), steps), dtype=bool)  # [W, n]: no step is real
         keep = np.ones(len(chunk), dtype=bool)  # [W]
         if masks:
             keep = valid_fraction(list(masks.values())) >= spec.min_valid_fraction - 1e-12
@@ -211,11 +221,15 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             report["steps"][name] += int(mask.size)
             values[name] = pad_invalid(vals, mask, spec.windows[name].pad).astype(output_dtype(spec, name))
             masks[name] = mask
+        for name in missing:
+            values[name], masks[name] = values[name][keep], masks[name][keep]
+            report["masked_steps"][name] += int(masks[name].size)
+            report["steps"][name] += int(masks[name].size)
         sampled = {name: _quality_sample(masks[name]) for name in cameras}  # one window per chunk, or None
         for w, anchor in enumerate(chunk[keep].tolist()):
             key = f"{key_prefix}_{anchor:06d}"
             members = dict(static)
-            for name in streams:
+            for name in [*streams, *missing]:
                 members[f"{name}.npy"] = encode_npy(values[name][w])
                 members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
             for name, camera in cameras.items():
@@ -245,6 +259,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         video["psnr_frames"] = video.pop("psnr_frames_count")
         video["psnr_db"] = _psnr_db(squared, count)
     windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
+    windows_out.stats.update({n: None for n in missing})  # nothing recorded: nothing to normalise by
 
 
 def _float32_losses(streams: dict[str, Stream], spec: BuildSpec) -> dict[str, dict[str, float | int]]:

@@ -53,7 +53,7 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
                                  "units": list(spec.units) if isinstance(spec.units, tuple) else spec.units}
         if name in job.build.windows:
             w = job.build.windows[name]
-            dims = len(spec.names) if spec.names else None
+            dims = len(spec.names) if spec.names else job.build.widths.get(name)
             entry.update(member=f"{name}.npy", mask_member=f"{mask_field(name)}.npy",
                          dtype=output_dtype(job.build, name).name, shape=[w.steps, dims],
                          rate_hz=w.rate_hz, duration_s=w.duration_s, offset_s=w.offset_s, pad=w.pad,
@@ -222,8 +222,14 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
     source_bytes = sum(p.stat().st_size for p in Path(store).rglob("*") if p.is_file())
     output_bytes = sum(s["bytes"] for s in shards)
     lossy = _float32_report(good)
+    missing: dict[str, list[str]] = {}  # field -> episodes that did not record it
+    for r in good:
+        for name in r["report"].get("missing_streams", []):
+            missing.setdefault(name, []).append(r["episode_id"])
+    absent = {name: {"episodes": len(eps), "episode_ids": eps[:20]} for name, eps in sorted(missing.items())}
     return {
         **({"float32_loss": lossy} if lossy else {}),  # sorted when written (publish.py)
+        **({"missing_streams": absent} if absent else {}),  # only when some episode lacks a stream
         "episodes": {"total": len(records), "exported": len(good),
                      "rejected": [{"episode_id": r["episode_id"], **r["error"]} for r in records if r["error"]]},
         "windows": {"candidates": sum(r["report"]["candidates"] for r in good),
@@ -259,6 +265,10 @@ def report_warnings(report: dict[str, Any], split_rules: dict[str, Any] | None =
         elif not counts["windows"] and report["windows"]["emitted"]:  # none at all: the summary says so
             out.append(f"split {name!r} got {counts['episodes']} episode(s) but no window; check the window "
                        "config and min_valid_fraction")
+    for name, entry in report.get("missing_streams", {}).items():
+        shown = ", ".join(repr(e) for e in entry["episode_ids"][:3]) + (", ..." if entry["episodes"] > 3 else "")
+        out.append(f"field {name!r} was not recorded in {entry['episodes']} episode(s) ({shown}): their windows "
+                   f"carry it as zeros with an all-false mask (report.missing_streams.{name} in the manifest)")
     for name, entry in report.get("float32_loss", {}).items():
         loss = PrecisionLoss(entry["column"], entry["max_error"], entry["spread"])
         lost = loss_text(loss, entry["episode_id"], entry["episodes"])

@@ -18,6 +18,7 @@ from robowds.export.errors import UserError
 from robowds.export.job.build import BuildSpec
 from robowds.export.job.config import (check_bool_interpolation, check_field_keys, image_options, stream_dtype,
                                        stream_window, video_options)
+from robowds.export.store.episodes import series_widths
 from robowds.export.store.schema import StoreSchema, invalid_utf8_row, open_store
 
 
@@ -77,7 +78,7 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
                       min_valid_fraction=float(config["min_valid_fraction"]), float_dtype=config["float_dtype"],
                       strict_timestamps=config["timestamps"] == "reject", max_gap_factor=float(config["max_gap_factor"]),
                       windows=windows, value_dtypes={n: schema.fields[n].value_dtype or "float64" for n in windows},
-                      dtypes=dtypes,
+                      dtypes=dtypes, widths=series_widths(schema, sorted(windows)),
                       static_fields=tuple(f for f in fields if f not in windows and f not in videos),
                       videos=videos, images=images,
                       clock=schema.clock, max_episode_s=float(config["max_episode_s"]),

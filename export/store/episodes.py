@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robowds.export.core.resample import RawSeries
-from robowds.export.errors import EpisodeError
+from robowds.export.errors import EpisodeError, UserError
 from robowds.export.store.schema import FieldSpec, MediaPathError, StoreSchema, media_hint
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
@@ -36,6 +36,9 @@ class EpisodeData:
     videos: dict[str, dict[str, Any]] = field(default_factory=dict)
     start_s: float | None = None
     end_s: float | None = None
+    # time-series fields this episode did not record (a null or empty cell): its windows carry them
+    # zero-padded with an all-false mask
+    missing: set[str] = field(default_factory=set)
     # stores with `time_unit: ns`: the integer ns time that stream time 0.0 stands for (the episode's
     # first ns sample; times are seconds relative to it so that float64 keeps them exact)
     time_origin_ns: int | None = None
@@ -50,14 +53,15 @@ def image_ext(data: bytes) -> str | None:
     return None
 
 
-def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarray:
-    """Row `row` of a list<list<number>> column as a `[T, N+1]` array."""
+def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarray | None:
+    """Row `row` of a list<list<number>> column as a `[T, N+1]` array; None when the episode did not
+    record the stream (a null cell or an empty list)."""
     if column.is_null()[row].as_py():
-        raise EpisodeError(episode, name, "time series is null", hint="store an empty list only if truly empty")
+        return None
     start, stop = column.offsets[row].as_py(), column.offsets[row + 1].as_py()
     rows = column.values.slice(start, stop - start)  # ListArray of T rows
     if len(rows) == 0:
-        return np.zeros((0, 2))
+        return None
     if rows.null_count:
         raise EpisodeError(episode, name, "time series has null rows")
     if isinstance(rows, pa.FixedSizeListArray):
@@ -78,14 +82,15 @@ def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarr
     return flat.reshape(len(rows), width)
 
 
-def _typed_series(column: pa.StructArray, row: int, episode: str, name: str) -> RawSeries:
+def _typed_series(column: pa.StructArray, row: int, episode: str, name: str) -> RawSeries | None:
     """Row `row` of a struct<t: list, v: list<list>> column as times [T] and values [T, N], each in
-    its stored dtype. Every way the two lists can disagree is one error naming episode and field."""
+    its stored dtype; None when the episode did not record the stream (a null cell, or t and v both
+    empty). Every way the two lists can disagree is one error naming episode and field."""
     def bad(message: str, hint: str) -> EpisodeError:
         return EpisodeError(episode, name, message, hint=hint)
 
     if column.is_null()[row].as_py():
-        raise bad("time series is null", "store {t: [], v: []} only if truly empty")
+        return None
     cell = column.slice(row, 1)
     children = dict(zip((f.name for f in column.type), cell.flatten()))  # flatten() honours the slice
     t_col, v_col = children["t"], children["v"]
@@ -93,6 +98,8 @@ def _typed_series(column: pa.StructArray, row: int, episode: str, name: str) -> 
         raise bad(f"{'t' if t_col.null_count else 'v'} is null", "store both t and v for every episode")
     times = t_col.flatten()  # [T]
     rows = v_col.flatten()  # T value rows
+    if len(times) == 0 and len(rows) == 0:
+        return None
     if len(times) != len(rows):
         raise bad(f"t has {len(times)} times but v has {len(rows)} rows",
                   "give v exactly one row of values per time in t")
@@ -209,8 +216,12 @@ class EpisodeLoader:
         ep = data.episode_id
         if spec.kind == "timeseries":
             load = _typed_series if spec.layout == "typed" else _series
-            data.streams[name] = load(column, row, ep, name)
-            check_series_shape(spec, data.streams[name], ep)
+            raw = load(column, row, ep, name)
+            if raw is None:
+                data.missing.add(name)
+                return
+            data.streams[name] = raw
+            check_series_shape(spec, raw, ep)
             return
         try:
             value = column[row].as_py()
@@ -293,3 +304,38 @@ def ns_to_seconds(streams: dict[str, np.ndarray | RawSeries]) -> tuple[dict[str,
         else:
             out[name] = np.column_stack([times, arr[:, 1:].astype(np.float64)])
     return out, origin
+
+
+def series_widths(schema: StoreSchema, names: list[str]) -> dict[str, int]:
+    """N (value columns) of each named time-series field, from its first recorded episode: the width an
+    episode that did not record the stream is padded to. Reads batches of 64 rows of those columns only,
+    until each field has one; typically the first batch, so O(1) in the number of episodes.
+
+    A field that no episode recorded is an error (there is nothing to window, nor a width)."""
+    import pyarrow.parquet as pq
+
+    widths: dict[str, int] = {}
+    by_table: dict[str, list[str]] = {}
+    for name in names:
+        by_table.setdefault(schema.fields[name].table, []).append(name)
+    for table, fields in sorted(by_table.items()):
+        todo = set(fields)
+        for batch in pq.ParquetFile(schema.root / table).iter_batches(batch_size=64, columns=sorted(todo)):
+            for name in sorted(todo):
+                spec, column = schema.fields[name], batch.column(name)
+                load = _typed_series if spec.layout == "typed" else _series
+                for row in range(len(column)):
+                    try:
+                        raw = load(column, row, "?", name)
+                    except EpisodeError:
+                        continue  # that episode's own error is reported when it is loaded
+                    if raw is not None:
+                        widths[name] = series_width(raw)
+                        todo.discard(name)
+                        break
+            if not todo:
+                break
+        for name in sorted(todo):
+            raise UserError(f"time-series field {name!r} has no samples in any episode",
+                            hint=f"record it in at least one episode, or leave it out with --set exclude=[{name}]")
+    return widths

@@ -41,6 +41,7 @@ class StoreReport:
     # field -> (worst episode, its loss) and the count of episodes whose values float32 cannot tell apart
     float32_losses: dict[str, tuple[str, PrecisionLoss]] = field(default_factory=dict)
     float32_counts: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)  # field -> episodes that did not record it
 
     def add_float32_loss(self, name: str, episode: str, loss: PrecisionLoss) -> None:
         self.float32_losses[name] = worst(self.float32_losses.get(name), (episode, loss))
@@ -146,6 +147,11 @@ def validate_store(root: Path, progress: bool = False, max_episode_s: float = MA
                                            hint=error.hint))
         timed = any(schema.fields[e.field].kind in ("timeseries", "video") for e in errors if e.field)
         _check_episode(schema, data, report, max_episode_s, extent=not (timed or schema.errors))
+    for name, count in sorted(report.missing.items()):
+        if count == len(schema.episode_ids):  # a field recorded nowhere has no samples and no width
+            report.problems.append(Problem("error", "not recorded in any episode (every cell is null or empty)",
+                                           field=name, hint="record it in at least one episode, or remove the "
+                                                            "column (the export can also leave it out with exclude)"))
     for name, (ep, loss) in sorted(report.float32_losses.items()):  # one warning per field, not per episode
         report.problems.append(Problem("warning", "stored as float32 (the export's default float_dtype), "
                                        + loss_text(loss, ep, report.float32_counts[name]),
@@ -159,6 +165,16 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
     ep = data.episode_id
     series: dict[str, tuple[float, float]] = {}  # field -> first and last cleaned sample time
     broken = not extent
+    for name in sorted(data.missing):
+        if name == schema.clock:
+            report.problems.append(Problem("error", "the declared clock stream is missing in this episode", ep, name,
+                                           hint="record it, give the episode start_s/end_s, or remove `clock` "
+                                                "from store.yaml"))
+            broken = True
+        else:
+            report.problems.append(Problem("warning", "not recorded in this episode (a null or empty cell): its "
+                                           "windows carry the field as zeros with an all-false mask", ep, name))
+        report.missing[name] = report.missing.get(name, 0) + 1
     for name, raw in data.streams.items():
         spec = schema.fields[name]
         try:
