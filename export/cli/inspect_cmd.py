@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from robowds.export.errors import UserError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="print one window, or draw it (--png)")
@@ -13,12 +15,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key", help="sample key, e.g. ep_0003_000042")
     p.add_argument("--index", type=int, help="the N-th sample of the split in shard order (default 0)")
     p.add_argument("--png", type=Path, help="draw the window into this PNG file")
+    p.add_argument("--out-dir", type=Path, help="draw --count random windows into this folder (<key>.png each)")
+    p.add_argument("--count", type=int, default=8, help="windows to draw with --out-dir")
+    p.add_argument("--seed", type=int, default=0, help="which random windows --out-dir draws")
     p.set_defaults(fn=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from robowds.export.cli.inspect_window import load_window, render_png, summary
+    from robowds.export.cli.inspect_window import load_window, random_windows, render_png, summary
 
+    if args.out_dir is not None:
+        if args.count < 1:
+            raise UserError(f"--count must be >= 1, got {args.count}")
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        for index in random_windows(args.out, args.split, args.count, args.seed):
+            manifest, sample = load_window(args.out, args.split, None, index)
+            path = args.out_dir / f"{sample['__key__']}.png"
+            render_png(manifest, sample, path)
+            print(f"wrote {path}")
+        return 0
     if args.key is None and args.index is None:
         args.index = 0
     manifest, sample = load_window(args.out, args.split, args.key, args.index)

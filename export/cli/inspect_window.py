@@ -64,54 +64,95 @@ def summary(manifest: dict[str, Any], sample: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_png(manifest: dict[str, Any], sample: dict[str, Any], png: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise UserError("inspect --png needs matplotlib", hint="pip install 'robowds[plot]'") from exc
+GROUP = 8  # dimensions per plot: more lines than this are unreadable in one axis, so they get several
+MAX_FRAMES = 8  # camera frames drawn per window (evenly spaced when the window has more)
+FRAME_INCHES = 2.4  # per frame: ~240 px at the PNG's 100 dpi, enough to see the scene
+
+
+def figure(manifest: dict[str, Any], sample: dict[str, Any]) -> Any:
+    """The window as a matplotlib Figure: the episode's images, camera frames (padded ones crossed out
+    in red), and every time series over seconds from the anchor, in groups of up to `GROUP` dimensions
+    labelled with the manifest's `names`. Padded steps are gaps (NaN), never drawn as values, and are
+    shaded grey; the y label says how many steps are real."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     schema = manifest["schema"]
     cameras = [n for n, s in schema.items() if s["kind"] == "video" and n in sample]
     series = [n for n, s in schema.items() if s["kind"] == "timeseries" and n in sample]
     images = [n for n, s in schema.items() if s["kind"] == "image" and n in sample]  # one per episode
-    frames_max = max([len(sample[c]) for c in cameras], default=0)
-    rows = len(cameras) + len(series) + bool(images)
-    if not rows - bool(images):
+    if not cameras and not series:
         raise UserError("this window has no camera or time-series field to draw")
-    fig = plt.figure(figsize=(max(8, 1.6 * frames_max), 1.8 * (len(cameras) + bool(images)) + 2.0 * len(series) + 0.8))
-    grid = fig.add_gridspec(rows, max(1, frames_max, len(images)))
+    groups = [(name, lo) for name in series for lo in range(0, max(1, sample[name].shape[1]), GROUP)]
+    picks = {c: np.unique(np.linspace(0, len(sample[c]) - 1, min(MAX_FRAMES, len(sample[c]))).round().astype(int))
+             for c in cameras}
+    columns = max([1, len(images), *(len(p) for p in picks.values())])
+    frame_rows = len(cameras) + bool(images)
+    fig = plt.figure(figsize=(max(10.0, FRAME_INCHES * columns), FRAME_INCHES * frame_rows + 2.2 * len(groups) + 0.8))
+    grid = fig.add_gridspec(frame_rows + len(groups), columns,
+                            height_ratios=[FRAME_INCHES] * frame_rows + [2.2] * len(groups))
     for c, name in enumerate(images):  # the episode's images first, as they were stored for training
         ax = fig.add_subplot(grid[0, c])
         ax.imshow(sample[name].squeeze(), cmap="gray" if sample[name].shape[-1] == 1 else None)
         ax.set_xticks([]), ax.set_yticks([])
-        ax.set_title(f"{name} (episode image)", fontsize=7)
+        ax.set_title(f"{name} (episode image)", fontsize=8)
     for r, name in enumerate(cameras, start=bool(images)):
-        mask = sample[f"{name}_mask"]
-        for t, frame in enumerate(sample[name]):
-            ax = fig.add_subplot(grid[r, t])
+        spec, mask = schema[name], sample[f"{name}_mask"]
+        for c, step in enumerate(picks[name]):
+            frame = sample[name][step]
+            ax = fig.add_subplot(grid[r, c])
             ax.imshow(frame)
             ax.set_xticks([]), ax.set_yticks([])
-            ax.set_title(f"{name} t{t}" if t == 0 else f"t{t}", fontsize=7)
-            if not mask[t]:
+            when = spec.get("offset_s", 0.0) + step / spec["rate_hz"] if spec.get("rate_hz") else step
+            ax.set_title(f"{name} {when:+.2f} s" if c == 0 else f"{when:+.2f} s", fontsize=8)
+            if not mask[step]:
                 ax.plot([0, frame.shape[1] - 1], [0, frame.shape[0] - 1], color="red", lw=2)
                 ax.plot([0, frame.shape[1] - 1], [frame.shape[0] - 1, 0], color="red", lw=2)
-    for r, name in enumerate(series, start=len(cameras) + bool(images)):
+    ax = None
+    spans = [(schema[n]["offset_s"] - 0.5 / schema[n]["rate_hz"],
+              schema[n]["offset_s"] + (len(sample[n]) - 0.5) / schema[n]["rate_hz"]) for n in series]
+    xlim = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None  # one time axis for all
+    for r, (name, lo) in enumerate(groups, start=frame_rows):
         spec = schema[name]
-        values, mask = sample[name], sample[f"{name}_mask"]
-        times = spec["offset_s"] + np.arange(len(values)) / spec["rate_hz"]  # relative to the anchor
-        ax = fig.add_subplot(grid[r, :])
+        values, mask = sample[name], sample[f"{name}_mask"]  # [T, N], [T]
+        times = spec["offset_s"] + np.arange(len(values)) / spec["rate_hz"]  # [T] seconds from the anchor
+        shown = np.where(mask[:, None], values.astype(np.float64), np.nan)  # [T, N]: padding is a gap
         names = spec.get("names") or [f"{name}[{d}]" for d in range(values.shape[1])]
-        for d in range(values.shape[1]):
-            ax.plot(times, values[:, d], lw=1, label=names[d] if d < len(names) else str(d))
-        for t in np.flatnonzero(~mask):
-            ax.axvspan(times[t] - 0.5 / spec["rate_hz"], times[t] + 0.5 / spec["rate_hz"], color="grey", alpha=0.3)
-        ax.set_ylabel(name, fontsize=8)
+        ax = fig.add_subplot(grid[r, :])
+        for d in range(lo, min(lo + GROUP, values.shape[1])):
+            ax.plot(times, shown[:, d], lw=1.2, marker="." if len(times) <= 60 else None, ms=3,
+                    label=names[d] if d < len(names) else f"{name}[{d}]")
+        for step in np.flatnonzero(~mask):
+            ax.axvspan(times[step] - 0.5 / spec["rate_hz"], times[step] + 0.5 / spec["rate_hz"], color="grey",
+                       alpha=0.25, lw=0)
+        part = f" [{lo}:{min(lo + GROUP, values.shape[1])}]" if values.shape[1] > GROUP else ""
+        ax.set_ylabel(f"{name}{part}\n{int(mask.sum())}/{mask.size} real", fontsize=8)
+        ax.set_xlim(*xlim)
         ax.tick_params(labelsize=7)
-        if values.shape[1] <= 8:
-            ax.legend(fontsize=6, loc="upper right", ncol=min(4, values.shape[1]))
-    ax.set_xlabel("seconds from the anchor (grey: padded steps)", fontsize=8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.2)
+    if ax is not None:
+        ax.set_xlabel("seconds from the anchor (grey, and gaps in the lines: padded steps)", fontsize=8)
     texts = [v for n, v in sample.items() if isinstance(v, str) and n != "__key__"]
-    fig.suptitle(f"{sample['__key__']}: {texts[0] if texts else ''}", fontsize=10)
-    fig.savefig(png, dpi=80)
+    fig.suptitle(f"{sample['__key__']}: {texts[0] if texts else ''}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig
+
+
+def render_png(manifest: dict[str, Any], sample: dict[str, Any], png: Path) -> None:
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise UserError("inspect --png needs matplotlib", hint="pip install 'robowds[plot]'") from exc
+    fig = figure(manifest, sample)
+    fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+def random_windows(out: Path, split: str, count: int, seed: int) -> list[int]:
+    """`count` distinct sample indices of the split, drawn with `seed` (all of them if it has fewer)."""
+    manifest = load_finished_manifest(Path(out))
+    total = sum(s.samples for s in shards_of(manifest, split))
+    if not total:
+        raise UserError(f"split {split!r} has no samples", hint="pick another --split")
+    return sorted(np.random.default_rng(seed).choice(total, size=min(count, total), replace=False).tolist())
