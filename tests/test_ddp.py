@@ -244,9 +244,9 @@ def g1_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (no `joints` / `actions`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from test_real_and_readme import lerobot_to_store
 
     from realdata import G1_EPISODES, g1_parquet, g1_video
-    from test_real_and_readme import lerobot_to_store
 
     root = tmp_path_factory.mktemp("g1")
     store = root / "store"

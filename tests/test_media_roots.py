@@ -12,6 +12,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.store.validate import validate_store
+
 from videos import camera_store, gradient_frames, write_frames
 
 

@@ -200,4 +200,5 @@ def test_bash_block_runs(line: str, code: str, skip: str | None, tmp_path: Path)
         if command.startswith("make demo"):
             command = f"robowds demo --dir {shlex.quote(str(tmp_path / 'demo'))}"
         assert not command.startswith("make "), f"{line}: {command!r} would recurse into make"
-        _run(command, ROOT if "scripts/" in command else tmp_path, shell=True, timeout=300)
+        in_repo = "scripts/" in command or "tests/data/" in command  # paths relative to the repository
+        _run(command, ROOT if in_repo else tmp_path, shell=True, timeout=300)

@@ -1,0 +1,224 @@
+"""LeRobot v2.0 / v2.1 datasets -> an episode store, exactly.
+
+Layout read (LeRobot's own documentation of v2.x): `meta/info.json` (fps, features with dtype, shape
+and names, `data_path` / `video_path` templates, `chunks_size`), `meta/episodes.jsonl` (episode_index,
+tasks, length) and one Parquet file per episode with a row per frame.
+
+Mapping (one store row per episode, `episode_id` = `episode_<index:06d>`):
+- every numeric feature except LeRobot's bookkeeping columns -> a typed time series `{t, v}`:
+  `t = frame_index / fps` in float64 (LeRobot's `timestamp` column is float32: ~2 us steps at 60 s, and
+  its last frames would round onto the wrong grid point), `v` the values in their stored dtype; `names`
+  (flat, or nested one level as LeRobot writes them) become the field's `names`;
+- every video feature -> a video field `{path, fps}` pointing at the source file through a symlink in
+  `media/` (referenced, never copied or re-encoded; store.yaml lists the source under `media_roots`);
+- the episode's tasks -> text field `task` (several tasks joined with " | ").
+Feature keys become field names with `.` -> `_` (`observation.state` -> `observation_state`).
+
+Episodes that meta lists but whose Parquet file is absent (a partial download) are skipped and listed
+in `convert_report.json`. Memory: one episode's table at a time, O(longest episode).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from robowds.export.errors import UserError
+
+BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}  # LeRobot's own columns
+SUPPORTED = ("v2.0", "v2.1")
+
+
+@dataclass(frozen=True)
+class Feature:
+    key: str  # LeRobot's feature key, e.g. observation.state
+    field: str  # the store's field name, e.g. observation_state
+    kind: str  # "timeseries" | "video"
+    dtype: str
+    names: tuple[str, ...] | None
+
+
+@dataclass
+class Conversion:
+    """What a conversion found: the info, the mapped features, the episodes with their files, and the
+    episodes skipped with the reason."""
+
+    root: Path
+    fps: float
+    version: str
+    features: list[Feature]
+    episodes: list[dict[str, Any]]  # meta/episodes.jsonl entries whose files exist
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+
+def field_name(key: str) -> str:
+    """LeRobot feature key -> store field name (lowercase, `[a-z0-9_]`, at most 32 characters)."""
+    name = re.sub(r"[^a-z0-9_]", "_", key.lower())
+    if not name or not name[0].isalpha():
+        name = f"f_{name}"
+    return name[:32]
+
+
+def _names(spec: dict[str, Any]) -> tuple[str, ...] | None:
+    """LeRobot writes names flat (`["x", "y"]`), nested one level (`[["x", "y"]]`), or as a dict
+    (`{"motors": [...]}`); all give one name per value column."""
+    names = spec.get("names")
+    if isinstance(names, dict):
+        names = [n for part in names.values() for n in (part if isinstance(part, list) else [part])]
+    if isinstance(names, list) and len(names) == 1 and isinstance(names[0], list):
+        names = names[0]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    width = int(np.prod(spec.get("shape") or [1]))
+    return tuple(names) if len(names) == width else None
+
+
+def read_info(root: Path) -> Conversion:
+    """Open `meta/`: the features to map and the episodes whose Parquet files exist."""
+    info_path = root / "meta" / "info.json"
+    if not info_path.is_file():
+        raise UserError(f"{root} is not a LeRobot dataset: {info_path} is missing",
+                        hint="pass the dataset root (the folder holding meta/, data/ and videos/)")
+    try:
+        info = json.loads(info_path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"{info_path} is not JSON: {exc}", hint="download the dataset's meta/ again") from exc
+    version = str(info.get("codebase_version", ""))
+    if version not in SUPPORTED:
+        raise UserError(f"{info_path}: LeRobot codebase_version {version!r} is not supported by this converter",
+                        hint=f"supported: {', '.join(SUPPORTED)} (v3.0 multi-episode files come later)")
+    features = []
+    for key, spec in sorted(info.get("features", {}).items()):
+        if key in BOOKKEEPING:
+            continue
+        dtype = str(spec.get("dtype"))
+        if dtype in ("video", "image"):
+            if dtype == "video":
+                features.append(Feature(key, field_name(key), "video", "uint8", None))
+            continue  # per-frame images in Parquet: not mapped yet (listed in the report)
+        if np.dtype(dtype if dtype != "bool" else "bool").kind not in "biuf":
+            continue
+        features.append(Feature(key, field_name(key), "timeseries", dtype, _names(spec)))
+    clash = {f.field for f in features if sum(g.field == f.field for g in features) > 1}
+    if clash:
+        raise UserError(f"{info_path}: features map to the same field name(s) {sorted(clash)}",
+                        hint="rename the features, or convert with a custom script")
+    episodes, skipped = [], []
+    for line in (root / "meta" / "episodes.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        path = root / _data_path(info, entry["episode_index"])
+        if not path.is_file():
+            skipped.append({"episode_index": entry["episode_index"], "reason": f"{path.relative_to(root)} is missing"})
+            continue
+        episodes.append(entry)
+    return Conversion(root, float(info["fps"]), version, features, episodes, skipped)
+
+
+def _chunk(info: dict[str, Any], index: int) -> int:
+    return index // int(info.get("chunks_size", 1000))
+
+
+def _data_path(info: dict[str, Any], index: int) -> str:
+    return info["data_path"].format(episode_chunk=_chunk(info, index), episode_index=index)
+
+
+def _video_path(info: dict[str, Any], index: int, key: str) -> str:
+    return info["video_path"].format(episode_chunk=_chunk(info, index), episode_index=index, video_key=key)
+
+
+def episode_rows(conv: Conversion, media: Path) -> Iterator[dict[str, Any]]:
+    """One store row per episode: typed time series, video structs (symlinks made in `media`), task."""
+    info = json.loads((conv.root / "meta" / "info.json").read_text())
+    series = [f for f in conv.features if f.kind == "timeseries"]
+    for entry in conv.episodes:
+        index = int(entry["episode_index"])
+        path = conv.root / _data_path(info, index)
+        table = pq.read_table(path, columns=["frame_index", *[f.key for f in series]])
+        t = table.column("frame_index").to_numpy().astype(np.float64) / conv.fps  # [T] exact grid times
+        row: dict[str, Any] = {"episode_id": f"episode_{index:06d}",
+                               "task": " | ".join(str(x) for x in entry.get("tasks", []))}
+        for f in series:
+            values = _values(table.column(f.key), len(t))  # [T, N]
+            row[f.field] = {"t": t, "v": values}
+        for f in (f for f in conv.features if f.kind == "video"):
+            source = (conv.root / _video_path(info, index, f.key)).resolve()
+            if not source.is_file():
+                raise UserError(f"episode {index}: video {source} of feature {f.key!r} is missing",
+                                hint="download the dataset's videos/ too")
+            link = media / f.field / f"episode_{index:06d}.mp4"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(source)
+            row[f.field] = {"path": link.relative_to(media.parent).as_posix(), "fps": conv.fps}
+        yield row
+
+
+def _values(column: pa.ChunkedArray, length: int) -> np.ndarray:
+    """A feature column as [T, N] in its stored dtype (scalars and fixed-size lists alike)."""
+    array = column.combine_chunks()
+    if pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type) or pa.types.is_large_list(array.type):
+        flat = array.flatten().to_numpy(zero_copy_only=False)
+        return flat.reshape(length, -1)
+    return array.to_numpy(zero_copy_only=False).reshape(length, 1)
+
+
+def store_table(rows: list[dict[str, Any]], conv: Conversion) -> pa.Table:
+    """The episodes table, typed columns built explicitly so that empty-free float32 values stay float32."""
+    columns: dict[str, pa.Array] = {"episode_id": pa.array([r["episode_id"] for r in rows], pa.string()),
+                                    "task": pa.array([r["task"] for r in rows], pa.string())}
+    for f in conv.features:
+        if f.kind == "timeseries":
+            value_type = pa.from_numpy_dtype(np.dtype(f.dtype))
+            typ = pa.struct([("t", pa.list_(pa.float64())), ("v", pa.list_(pa.list_(value_type)))])
+            columns[f.field] = pa.array([{"t": r[f.field]["t"].tolist(), "v": r[f.field]["v"].tolist()}
+                                         for r in rows], type=typ)
+        else:
+            columns[f.field] = pa.array([r[f.field] for r in rows],
+                                        type=pa.struct([("path", pa.string()), ("fps", pa.float64())]))
+    return pa.table(columns)
+
+
+def store_yaml(conv: Conversion) -> str:
+    """Declarations: names per time series, hold for bool/int values; the source as a media root."""
+    lines = ["# written by robowds convert lerobot", f"media_roots: [{json.dumps(str(conv.root.resolve()))}]",
+             "fields:"]
+    for f in conv.features:
+        decl = {}
+        if f.kind == "timeseries" and f.names:
+            decl["names"] = list(f.names)
+        if f.kind == "timeseries" and np.dtype(f.dtype).kind in "biu":
+            decl["interpolation"] = "hold"
+        if decl:
+            lines.append(f"  {f.field}: {json.dumps(decl)}")
+    if lines[-1] == "fields:":
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def convert_lerobot(src: Path, store: Path, overwrite: bool = False) -> dict[str, Any]:
+    """Convert the LeRobot v2.x dataset at `src` into a new episode store at `store`; returns the report
+    (also written as `store/convert_report.json`)."""
+    from robowds.export.convert.store_writer import write_store
+
+    conv = read_info(Path(src).resolve())
+    if not conv.episodes:
+        raise UserError(f"{src}: none of the {len(conv.skipped)} episodes meta lists has its Parquet file",
+                        hint="download the dataset's data/ folder")
+
+    def build(folder: Path) -> dict[str, Any]:
+        rows = list(episode_rows(conv, folder / "media"))
+        pq.write_table(store_table(rows, conv), folder / "episodes.parquet")
+        (folder / "store.yaml").write_text(store_yaml(conv))
+        return {"format": "lerobot", "version": conv.version, "source": str(conv.root), "fps": conv.fps,
+                "episodes": len(rows), "skipped": conv.skipped,
+                "fields": {f.field: {"source": f.key, "kind": f.kind, "dtype": f.dtype} for f in conv.features}}
+
+    return write_store(Path(store), build, overwrite)
