@@ -113,7 +113,7 @@ def test_an_existing_store_is_refused_then_replaced_only_when_robowds_wrote_it(t
 
 @pytest.mark.parametrize("damage,message", [
     ("no_meta", "is not a LeRobot dataset"),
-    ("v3", "LeRobot codebase_version 'v3.0' is not supported by this converter"),
+    ("v9", "LeRobot codebase_version 'v9.0' is not supported by this converter"),
     ("no_video", "video"),
 ])
 def test_bad_sources_are_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str,
@@ -122,9 +122,9 @@ def test_bad_sources_are_one_clear_error(tmp_path: Path, capsys: pytest.CaptureF
     shutil.copytree(g1(), src)
     if damage == "no_meta":
         (src / "meta" / "info.json").unlink()
-    elif damage == "v3":
+    elif damage == "v9":
         info = json.loads((src / "meta" / "info.json").read_text())
-        (src / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v3.0"}))
+        (src / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v9.0"}))
     else:
         next((src / "videos").rglob("episode_000002.mp4")).unlink()
     assert main(["convert", "lerobot", str(src), str(tmp_path / "store")]) == 2
@@ -132,3 +132,51 @@ def test_bad_sources_are_one_clear_error(tmp_path: Path, capsys: pytest.CaptureF
     assert err.startswith("robowds convert: error: ") and message in err and "Traceback" not in err, err
     assert "fix: " in err
     assert not (tmp_path / "store").exists()
+
+
+def _v3_dataset(root: Path) -> Path:
+    """The two vendored v2.1 episodes laid out as LeRobot v3.0 writes them: one data file, one mp4 of both
+    episodes (packets copied), meta/episodes with each episode's [from_timestamp, to_timestamp)."""
+    import pyarrow as pa
+
+    from test_segments import _concatenate
+
+    key = "observation.images.cam_high"
+    info = json.loads(g1("meta", "info.json").read_text())
+    info.update(codebase_version="v3.0", data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+                video_path="videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    (root / "data" / "chunk-000").mkdir(parents=True)
+    pq.write_table(pa.concat_tables([pq.read_table(g1_parquet(e)) for e in G1_EPISODES]),
+                   root / "data" / "chunk-000" / "file-000.parquet")
+    video = root / "videos" / key / "chunk-000" / "file-000.mp4"
+    video.parent.mkdir(parents=True)
+    counts = _concatenate([g1_video(e) for e in G1_EPISODES], video)
+    bounds = np.cumsum([0] + counts) / 30.0
+    rows = [{"episode_index": int(e[-6:]), "tasks": ["Pick up the yellow bottle on the table."], "length": n,
+             "data/chunk_index": 0, "data/file_index": 0, f"videos/{key}/chunk_index": 0,
+             f"videos/{key}/file_index": 0, f"videos/{key}/from_timestamp": float(bounds[i]),
+             f"videos/{key}/to_timestamp": float(bounds[i + 1])} for i, (e, n) in enumerate(zip(G1_EPISODES, counts))]
+    pq.write_table(pa.Table.from_pylist(rows), root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    return root
+
+
+def test_v3_multi_episode_files_convert_to_the_same_windows_as_v2(store: Path, tmp_path: Path) -> None:
+    """v3.0 (one Parquet file and one mp4 for both episodes, segments from meta/episodes) gives the same
+    windows as the v2.1 layout of the same data, camera frames included."""
+    src = _v3_dataset(tmp_path / "v3")
+    assert main(["convert", "lerobot", str(src), str(tmp_path / "store3")]) == 0
+    report = json.loads((tmp_path / "store3" / "convert_report.json").read_text())
+    assert (report["version"], report["episodes"], report["skipped"]) == ("v3.0", 2, [])
+    assert validate_store(tmp_path / "store3").exportable
+    settings = ["--quiet", "--workers", "1", "--fps", "30", "--stride", "41", "--keep-order",
+                "--set", "streams.observation_images_cam_high.encoding=raw",
+                "--set", "streams.observation_images_cam_high.resize=[64,48]"]
+    assert main(["export", str(tmp_path / "store3"), str(tmp_path / "out3"), *settings]) == 0
+    assert main(["export", str(store), str(tmp_path / "out2"), *settings]) == 0
+    v3, v2 = _samples(tmp_path / "out3"), _samples(tmp_path / "out2")
+    assert sorted(v3) == sorted(v2) and len(v3) == sum(-(-n // 41) for n in G1_LENGTHS.values())
+    for key in v2:
+        for member in v2[key]:
+            assert v3[key][member] == v2[key][member], (key, member)

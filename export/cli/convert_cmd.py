@@ -10,7 +10,7 @@ FORMATS = ("lerobot",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="convert a dataset (LeRobot v2.x) into an episode store")
+    p = sub.add_parser("convert", help="convert a dataset (LeRobot v2.0/v2.1/v3.0) into an episode store")
     p.add_argument("format", choices=FORMATS, help="source format")
     p.add_argument("src", type=Path, help="the source dataset's root folder")
     p.add_argument("store", type=Path, help="new store folder (created when the conversion is complete)")

@@ -1,16 +1,19 @@
-"""LeRobot v2.0 / v2.1 datasets -> an episode store, exactly.
+"""LeRobot v2.0 / v2.1 / v3.0 datasets -> an episode store, exactly.
 
-Layout read (LeRobot's own documentation of v2.x): `meta/info.json` (fps, features with dtype, shape
-and names, `data_path` / `video_path` templates, `chunks_size`), `meta/episodes.jsonl` (episode_index,
-tasks, length) and one Parquet file per episode with a row per frame.
+Layout read (LeRobot's own documentation): `meta/info.json` (fps, features with dtype, shape and names,
+`data_path` / `video_path` templates, `chunks_size`); v2.x: `meta/episodes.jsonl` (episode_index, tasks,
+length) and one Parquet file and mp4 per episode; v3.0: `meta/episodes/chunk-*/file-*.parquet` (per
+episode its data file and, per camera, its mp4 and segment), Parquet and mp4 files of many episodes.
 
 Mapping (one store row per episode, `episode_id` = `episode_<index:06d>`):
 - every numeric feature except LeRobot's bookkeeping columns -> a typed time series `{t, v}`:
   `t = frame_index / fps` in float64 (LeRobot's `timestamp` column is float32: ~2 us steps at 60 s, and
   its last frames would round onto the wrong grid point), `v` the values in their stored dtype; `names`
   (flat, or nested one level as LeRobot writes them) become the field's `names`;
-- every video feature -> a video field `{path, fps}` pointing at the source file through a symlink in
-  `media/` (referenced, never copied or re-encoded; store.yaml lists the source under `media_roots`);
+- every video feature -> a video field `{path, fps, start_s, end_s}` pointing at the source file through
+  a symlink in `media/` (referenced, never copied or re-encoded; store.yaml lists the source under
+  `media_roots`); v3.0 files hold many episodes, each the half-open segment
+  `[from_timestamp, to_timestamp)` of `meta/episodes`;
 - the episode's tasks -> text field `task` (several tasks joined with " | ").
 Feature keys become field names with `.` -> `_` (`observation.state` -> `observation_state`).
 
@@ -33,7 +36,7 @@ import pyarrow.parquet as pq
 from robowds.export.errors import UserError
 
 BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}  # LeRobot's own columns
-SUPPORTED = ("v2.0", "v2.1")
+SUPPORTED = ("v2.0", "v2.1", "v3.0")
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def read_info(root: Path) -> Conversion:
     version = str(info.get("codebase_version", ""))
     if version not in SUPPORTED:
         raise UserError(f"{info_path}: LeRobot codebase_version {version!r} is not supported by this converter",
-                        hint=f"supported: {', '.join(SUPPORTED)} (v3.0 multi-episode files come later)")
+                        hint=f"supported: {', '.join(SUPPORTED)}")
     features = []
     for key, spec in sorted(info.get("features", {}).items()):
         if key in BOOKKEEPING:
@@ -111,16 +114,49 @@ def read_info(root: Path) -> Conversion:
         raise UserError(f"{info_path}: features map to the same field name(s) {sorted(clash)}",
                         hint="rename the features, or convert with a custom script")
     episodes, skipped = [], []
-    for line in (root / "meta" / "episodes.jsonl").read_text().splitlines():
-        if not line.strip():
-            continue
-        entry = json.loads(line)
-        path = root / _data_path(info, entry["episode_index"])
+    listed = _v3_episodes(root, info, features) if version == "v3.0" else _v2_episodes(root, info, features)
+    for entry in listed:
+        path = root / entry["data"]
         if not path.is_file():
-            skipped.append({"episode_index": entry["episode_index"], "reason": f"{path.relative_to(root)} is missing"})
+            skipped.append({"episode_index": entry["episode_index"], "reason": f"{entry['data']} is missing"})
             continue
         episodes.append(entry)
     return Conversion(root, float(info["fps"]), version, features, episodes, skipped)
+
+
+def _v2_episodes(root: Path, info: dict[str, Any], features: list[Feature]) -> list[dict[str, Any]]:
+    """v2.x: meta/episodes.jsonl, one Parquet file and one mp4 per episode (pts from 0)."""
+    out = []
+    for line in (root / "meta" / "episodes.jsonl").read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            index = int(entry["episode_index"])
+            out.append({**entry, "data": _data_path(info, index),
+                        "videos": {f.key: (_video_path(info, index, f.key), None, None)
+                                   for f in features if f.kind == "video"}})
+    return out
+
+
+def _v3_episodes(root: Path, info: dict[str, Any], features: list[Feature]) -> list[dict[str, Any]]:
+    """v3.0: meta/episodes/chunk-*/file-*.parquet, one row per episode naming its data file and, per
+    camera, its mp4 (many episodes concatenated) and half-open segment [from_timestamp, to_timestamp)."""
+    files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    if not files:
+        raise UserError(f"{root}: LeRobot v3.0 without meta/episodes/chunk-*/file-*.parquet",
+                        hint="download the dataset's meta/ folder")
+    out = []
+    for path in files:
+        for row in pq.read_table(path).to_pylist():
+            data = info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
+            videos = {}
+            for f in (f for f in features if f.kind == "video"):
+                prefix = f"videos/{f.key}/"
+                videos[f.key] = (info["video_path"].format(video_key=f.key, chunk_index=row[prefix + "chunk_index"],
+                                                           file_index=row[prefix + "file_index"]),
+                                 float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))
+            out.append({"episode_index": int(row["episode_index"]), "tasks": list(row.get("tasks") or []),
+                        "length": row.get("length"), "data": data, "videos": videos})
+    return sorted(out, key=lambda e: e["episode_index"])
 
 
 def _chunk(info: dict[str, Any], index: int) -> int:
@@ -135,14 +171,30 @@ def _video_path(info: dict[str, Any], index: int, key: str) -> str:
     return info["video_path"].format(episode_chunk=_chunk(info, index), episode_index=index, video_key=key)
 
 
+class _Tables:
+    """The last data file read, kept: v3 files hold many episodes in order (one row group each), so each
+    file is read once. O(one file) memory."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self.columns, self.path, self.table = columns, None, None
+
+    def episode(self, path: Path, index: int, v3: bool) -> pa.Table:
+        if path != self.path:
+            self.path, self.table = path, pq.read_table(path, columns=[*self.columns, *(["episode_index"] if v3 else [])])
+        if not v3:
+            return self.table
+        import pyarrow.compute as pc
+
+        return self.table.filter(pc.equal(self.table.column("episode_index"), index))
+
+
 def episode_rows(conv: Conversion, media: Path) -> Iterator[dict[str, Any]]:
     """One store row per episode: typed time series, video structs (symlinks made in `media`), task."""
-    info = json.loads((conv.root / "meta" / "info.json").read_text())
     series = [f for f in conv.features if f.kind == "timeseries"]
+    tables = _Tables(["frame_index", *[f.key for f in series]])
     for entry in conv.episodes:
         index = int(entry["episode_index"])
-        path = conv.root / _data_path(info, index)
-        table = pq.read_table(path, columns=["frame_index", *[f.key for f in series]])
+        table = tables.episode(conv.root / entry["data"], index, conv.version == "v3.0")
         t = table.column("frame_index").to_numpy().astype(np.float64) / conv.fps  # [T] exact grid times
         row: dict[str, Any] = {"episode_id": f"episode_{index:06d}",
                                "task": " | ".join(str(x) for x in entry.get("tasks", []))}
@@ -150,14 +202,18 @@ def episode_rows(conv: Conversion, media: Path) -> Iterator[dict[str, Any]]:
             values = _values(table.column(f.key), len(t))  # [T, N]
             row[f.field] = {"t": t, "v": values}
         for f in (f for f in conv.features if f.kind == "video"):
-            source = (conv.root / _video_path(info, index, f.key)).resolve()
+            rel, start, end = entry["videos"][f.key]
+            source = (conv.root / rel).resolve()
             if not source.is_file():
                 raise UserError(f"episode {index}: video {source} of feature {f.key!r} is missing",
                                 hint="download the dataset's videos/ too")
-            link = media / f.field / f"episode_{index:06d}.mp4"
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(source)
-            row[f.field] = {"path": link.relative_to(media.parent).as_posix(), "fps": conv.fps}
+            link = media / f.field / "_".join(Path(rel).parts[-2:])  # chunk-000_episode_000001.mp4 (v2) or
+            # chunk-000_file-000.mp4 (v3: one link per file, shared by the episodes it holds)
+            if not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(source)
+            row[f.field] = {"path": link.relative_to(media.parent).as_posix(), "fps": conv.fps,
+                            "start_s": start, "end_s": end}
         yield row
 
 
@@ -181,8 +237,8 @@ def store_table(rows: list[dict[str, Any]], conv: Conversion) -> pa.Table:
             columns[f.field] = pa.array([{"t": r[f.field]["t"].tolist(), "v": r[f.field]["v"].tolist()}
                                          for r in rows], type=typ)
         else:
-            columns[f.field] = pa.array([r[f.field] for r in rows],
-                                        type=pa.struct([("path", pa.string()), ("fps", pa.float64())]))
+            columns[f.field] = pa.array([r[f.field] for r in rows], type=pa.struct(
+                [("path", pa.string()), ("fps", pa.float64()), ("start_s", pa.float64()), ("end_s", pa.float64())]))
     return pa.table(columns)
 
 
