@@ -112,3 +112,42 @@ def test_a_bad_media_roots_value_is_one_clear_error(tmp_path: Path, capsys: pyte
     assert errors[0].message.startswith(message), errors[0].message
     code, err = _export(store, tmp_path / "out", capsys)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_the_store_fingerprint_follows_a_linked_media_folder(tmp_path: Path) -> None:
+    """A media folder linked into the store counts like one inside it: a changed video changes the job
+    id (before, `rglob` skipped linked folders and the change went unnoticed); a link loop ends."""
+    from robowds.export.store.schema import fingerprint
+
+    outside = tmp_path / "videos"
+    outside.mkdir()
+    _video(outside / "cam.mp4")
+    store = tmp_path / "store"
+    store.mkdir()
+    os.symlink(outside, store / "media")
+    camera_store(store, {"ep0": "media/cam.mp4"})
+    (store / "store.yaml").write_text("media_roots: [../videos]\n")
+    before = fingerprint(store)
+    write_frames(outside / "cam.mp4", gradient_frames(30, 32, 24), rate=10, codec="mpeg4")  # re-recorded
+    assert fingerprint(store) != before
+    os.symlink(outside, outside / "loop")  # a folder that links to itself
+    assert fingerprint(store) == fingerprint(store)
+
+
+def test_the_fingerprint_of_a_plain_store_is_unchanged_by_the_walk(tmp_path: Path) -> None:
+    """Without links the file set and order are those of the old rglob walk (existing job ids stay)."""
+    import hashlib
+
+    from robowds.export.cli.synth import write_synthetic_store
+    from robowds.export.store.schema import STORE_YAML, fingerprint
+
+    store = tmp_path / "s"
+    write_synthetic_store(store, episodes=2, seed=0)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in store.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(store).as_posix().encode() + b"\0")
+        if path.suffix == ".parquet" or path.name == STORE_YAML:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        else:
+            digest.update(str(path.stat().st_size).encode())
+    assert fingerprint(store) == digest.hexdigest()

@@ -8,6 +8,7 @@ can report all of them; `StoreSchema.raise_if_errors` turns them into one user e
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -452,10 +453,26 @@ def open_store(root: Path) -> StoreSchema:
                        media_roots=media_roots)
 
 
+def _store_files(root: Path) -> list[Path]:
+    """Every file under the store, following linked folders (a media folder linked in under
+    `media_roots`; `rglob` does not descend into those), each real folder once so a link loop ends.
+    Sorted as paths, the order the fingerprint always used."""
+    found, seen = [], set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        found += [Path(folder) / name for name in files if (Path(folder) / name).is_file()]
+    return sorted(found)
+
+
 def fingerprint(root: Path) -> str:
-    """sha256 over the tables and declarations (content) and the media files (path and size)."""
+    """sha256 over the tables and declarations (content) and the media files (path and size), linked
+    ones included."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+    for path in _store_files(Path(root)):
         rel = path.relative_to(root).as_posix()
         digest.update(rel.encode() + b"\0")
         if path.suffix == ".parquet" or path.name == STORE_YAML:
