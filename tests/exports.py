@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 
@@ -13,3 +15,26 @@ def export_synthetic(root: Path, episodes: int, seed: int, *options: str) -> Pat
     write_synthetic_store(root / "store", episodes=episodes, seed=seed)
     assert main(["export", str(root / "store"), str(root / "out"), "--quiet", "--workers", "1", *options]) == 0
     return root / "out"
+
+
+def export_members(out: Path) -> dict[str, dict[str, bytes]]:
+    """Every sample of every split of an export: key -> member suffix -> bytes, read with the format's
+    own tar walk (no decoding, so tests compare exact bytes)."""
+    import json
+
+    from robowds.reader.format import group_samples, iter_members
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    found = {}
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            data = (out / shard["path"]).read_bytes()
+            found.update({k: {n: bytes(v) for n, v in m.items()} for k, _, m in group_samples(iter_members(data))})
+    return found
+
+
+def npy(blob: bytes) -> np.ndarray:
+    """A `.npy` member's array (never unpickled)."""
+    import io
+
+    return np.load(io.BytesIO(blob), allow_pickle=False)

@@ -4,7 +4,6 @@ lists without files are reported, and the store is written whole or not at all."
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
@@ -15,23 +14,10 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.store.validate import validate_store
-from robowds.reader.format import group_samples, iter_members
 
+from exports import export_members, npy
 from realdata import G1_EPISODES, G1_LENGTHS, g1, g1_parquet, g1_video
 from videos import decode_all
-
-
-def _samples(out: Path) -> dict[str, dict[str, bytes]]:
-    manifest = json.loads((out / "manifest.json").read_text())
-    found = {}
-    for shard in manifest["splits"]["train"]["shards"]:
-        data = (out / shard["path"]).read_bytes()
-        found.update({k: {n: bytes(v) for n, v in m.items()} for k, _, m in group_samples(iter_members(data))})
-    return found
-
-
-def _npy(blob: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(blob), allow_pickle=False)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +49,7 @@ def test_state_and_action_windows_equal_the_source_rows(store: Path, tmp_path: P
     assert main(["export", str(store), str(out), "--quiet", "--workers", "2", "--fps", "30", "--keep-order",
                  "--set", "exclude=[observation_images_cam_high]", "--set", "window.duration_s=0.0333333333333333",
                  "--set", "window.rate_hz=30", "--set", "shard.min_shards=1"]) == 0
-    samples = _samples(out)
+    samples = export_members(out)
     assert len(samples) == sum(G1_LENGTHS.values())  # one window per source frame, none lost at the end
     for episode in G1_EPISODES:
         table = pq.read_table(g1_parquet(episode))
@@ -71,8 +57,8 @@ def test_state_and_action_windows_equal_the_source_rows(store: Path, tmp_path: P
         action = np.stack(table.column("action").to_numpy(zero_copy_only=False))
         for k in range(len(state)):
             sample = samples[f"{episode}_{k:06d}"]
-            np.testing.assert_array_equal(_npy(sample["observation_state.npy"])[0], state[k])
-            np.testing.assert_array_equal(_npy(sample["action.npy"])[0], action[k])
+            np.testing.assert_array_equal(npy(sample["observation_state.npy"])[0], state[k])
+            np.testing.assert_array_equal(npy(sample["action.npy"])[0], action[k])
         assert sample["task.txt"] == b"Pick up the yellow bottle on the table."
     assert main(["verify", str(out), "--store", str(store), "--quiet"]) == 0
 
@@ -84,11 +70,11 @@ def test_camera_frames_equal_the_source_frames(store: Path, tmp_path: Path) -> N
                  "--set", "streams.observation_images_cam_high.duration_s=0.0333333333333333",
                  "--set", "streams.observation_images_cam_high.rate_hz=30",
                  "--set", "streams.observation_images_cam_high.encoding=raw"]) == 0
-    samples = _samples(out)
+    samples = export_members(out)
     for episode in G1_EPISODES:
         source = decode_all(g1_video(episode))  # [F, 480, 640, 3] through PyAV
         for k in range(0, G1_LENGTHS[episode], 97):
-            frame = _npy(samples[f"{episode}_{k:06d}"]["observation_images_cam_high.npy"])[0]
+            frame = npy(samples[f"{episode}_{k:06d}"]["observation_images_cam_high.npy"])[0]
             np.testing.assert_array_equal(frame, source[k])
 
 
@@ -175,7 +161,7 @@ def test_v3_multi_episode_files_convert_to_the_same_windows_as_v2(store: Path, t
                 "--set", "streams.observation_images_cam_high.resize=[64,48]"]
     assert main(["export", str(tmp_path / "store3"), str(tmp_path / "out3"), *settings]) == 0
     assert main(["export", str(store), str(tmp_path / "out2"), *settings]) == 0
-    v3, v2 = _samples(tmp_path / "out3"), _samples(tmp_path / "out2")
+    v3, v2 = export_members(tmp_path / "out3"), export_members(tmp_path / "out2")
     assert sorted(v3) == sorted(v2) and len(v3) == sum(-(-n // 41) for n in G1_LENGTHS.values())
     for key in v2:
         for member in v2[key]:

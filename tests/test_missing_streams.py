@@ -4,12 +4,10 @@ counts it, validate notes it; a field recorded by no episode stays an error."""
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -17,7 +15,8 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.store.validate import validate_store
-from robowds.reader.format import group_samples, iter_members
+
+from exports import export_members, npy
 
 SETTINGS = ["--quiet", "--workers", "1", "--keep-order", "--set", "streams.imu.rate_hz=100",
             "--set", "streams.imu.duration_s=0.5"]
@@ -34,18 +33,8 @@ def _without_imu(src: Path, dst: Path, episodes: set[str], empty: bool = False) 
     return dst
 
 
-def _samples(out: Path) -> dict[str, dict[str, bytes]]:
-    manifest = json.loads((out / "manifest.json").read_text())
-    found = {}
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            data = (out / shard["path"]).read_bytes()
-            found.update({k: {n: bytes(v) for n, v in m.items()} for k, _, m in group_samples(iter_members(data))})
-    return found
 
 
-def _npy(blob: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(blob), allow_pickle=False)
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +54,14 @@ def test_the_episode_carries_zeros_and_a_false_mask_the_others_are_unchanged(
     printed = capsys.readouterr().out
     assert ("warning: field 'imu' was not recorded in 1 episode(s) ('ep_0001'): their windows carry it as zeros "
             "with an all-false mask (report.missing_streams.imu in the manifest)") in printed
-    full, null = _samples(root / "out_full"), _samples(root / "out_null")
+    full, null = export_members(root / "out_full"), export_members(root / "out_null")
     for key in (k for k in full if not k.startswith("ep_0001")):
         assert null[key] == full[key], key  # other episodes: byte for byte
     ours = sorted(k for k in null if k.startswith("ep_0001"))
     assert ours and set(ours) <= {k for k in full if k.startswith("ep_0001")}
-    reference_imu = _npy(full[ours[0]]["imu.npy"])
+    reference_imu = npy(full[ours[0]]["imu.npy"])
     for key in ours:
-        imu, mask = _npy(null[key]["imu.npy"]), _npy(null[key]["imu_mask.npy"])
+        imu, mask = npy(null[key]["imu.npy"]), npy(null[key]["imu_mask.npy"])
         assert imu.dtype == reference_imu.dtype and imu.shape == reference_imu.shape == (50, 6)
         assert not imu.any() and mask.dtype == bool and mask.shape == (50,) and not mask.any()
         for member in ("joints.npy", "joints_mask.npy", "actions.npy", "task.txt"):
@@ -92,7 +81,7 @@ def test_an_empty_list_is_the_same_as_null(stores: dict[str, Path]) -> None:
     assert main(["export", str(stores["empty"]), str(root / "out_empty"), *SETTINGS]) == 0
     if not (root / "out_null").exists():
         assert main(["export", str(stores["null"]), str(root / "out_null"), *SETTINGS]) == 0
-    assert _samples(root / "out_empty") == _samples(root / "out_null")
+    assert export_members(root / "out_empty") == export_members(root / "out_null")
 
 
 def test_validate_notes_the_episode_and_stays_exportable(stores: dict[str, Path]) -> None:
