@@ -121,7 +121,7 @@ def test_verify_store_progress_moves_and_quiet_silences_it(exported: tuple[Path,
     assert quiet.stdout == done.stdout
 
 
-@pytest.mark.parametrize("command", ["validate", "export", "verify", "demo"])
+@pytest.mark.parametrize("command", ["convert", "validate", "export", "verify", "demo"])
 def test_every_long_command_has_quiet(command: str) -> None:
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

@@ -78,6 +78,17 @@ def test_camera_frames_equal_the_source_frames(store: Path, tmp_path: Path) -> N
             np.testing.assert_array_equal(frame, source[k])
 
 
+def test_progress_goes_to_stderr_and_quiet_or_json_silence_it(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["convert", "lerobot", str(g1()), str(tmp_path / "a")]) == 0
+    assert "convert: 100%" in capsys.readouterr().err
+    assert main(["convert", "lerobot", str(g1()), str(tmp_path / "b"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["convert", "lerobot", str(g1()), str(tmp_path / "c"), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and json.loads(captured.out)["episodes"] == 2
+
+
 def test_an_existing_store_is_refused_then_replaced_only_when_robowds_wrote_it(tmp_path: Path,
                                                                               capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "store"
@@ -113,7 +124,7 @@ def test_bad_sources_are_one_clear_error(tmp_path: Path, capsys: pytest.CaptureF
         (src / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v9.0"}))
     else:
         next((src / "videos").rglob("episode_000002.mp4")).unlink()
-    assert main(["convert", "lerobot", str(src), str(tmp_path / "store")]) == 2
+    assert main(["convert", "lerobot", str(src), str(tmp_path / "store"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("robowds convert: error: ") and message in err and "Traceback" not in err, err
     assert "fix: " in err

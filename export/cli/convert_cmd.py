@@ -16,13 +16,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("store", type=Path, help="new store folder (created when the conversion is complete)")
     p.add_argument("--overwrite", action="store_true", help="replace a store that robowds convert wrote")
     p.add_argument("--json", action="store_true", help="print the conversion report as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from robowds.export.convert import convert_lerobot
 
-    report = convert_lerobot(args.src, args.store, overwrite=args.overwrite)
+    report = convert_lerobot(args.src, args.store, overwrite=args.overwrite,
+                             progress=not (args.quiet or args.json))
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
         return 0

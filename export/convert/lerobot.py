@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from robowds.export.errors import UserError
 
@@ -259,9 +260,9 @@ def store_yaml(conv: Conversion) -> str:
     return "\n".join(lines) + "\n"
 
 
-def convert_lerobot(src: Path, store: Path, overwrite: bool = False) -> dict[str, Any]:
-    """Convert the LeRobot v2.x dataset at `src` into a new episode store at `store`; returns the report
-    (also written as `store/convert_report.json`)."""
+def convert_lerobot(src: Path, store: Path, overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
+    """Convert the LeRobot dataset at `src` into a new episode store at `store`; returns the report
+    (also written as `store/convert_report.json`). `progress`: a bar over episodes on stderr."""
     from robowds.export.convert.store_writer import write_store
 
     conv = read_info(Path(src).resolve())
@@ -270,7 +271,8 @@ def convert_lerobot(src: Path, store: Path, overwrite: bool = False) -> dict[str
                         hint="download the dataset's data/ folder")
 
     def build(folder: Path) -> dict[str, Any]:
-        rows = list(episode_rows(conv, folder / "media"))
+        rows = list(tqdm(episode_rows(conv, folder / "media"), total=len(conv.episodes), desc="convert",
+                         unit="ep", disable=not progress))
         pq.write_table(store_table(rows, conv), folder / "episodes.parquet")
         (folder / "store.yaml").write_text(store_yaml(conv))
         return {"format": "lerobot", "version": conv.version, "source": str(conv.root), "fps": conv.fps,
