@@ -58,7 +58,7 @@ class Conversion:
     fps: float
     version: str
     features: list[Feature]
-    episodes: list[dict[str, Any]]  # meta/episodes.jsonl entries whose files exist
+    episodes: list[dict[str, Any]]  # listed episodes whose data files exist, each with its data path and videos
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -173,20 +173,25 @@ def _video_path(info: dict[str, Any], index: int, key: str) -> str:
 
 
 class _Tables:
-    """The last data file read, kept: v3 files hold many episodes in order (one row group each), so each
-    file is read once. O(one file) memory."""
+    """The last data file read, kept: v3 files hold many episodes, so each file is read and grouped by
+    episode once (a stable sort of its episode_index column), not scanned again per episode.
+    O(one file) memory."""
 
     def __init__(self, columns: list[str]) -> None:
         self.columns, self.path, self.table = columns, None, None
+        self.order, self.episodes = np.zeros(0, np.int64), np.zeros(0, np.int64)  # [R] row order, [R] its episodes
 
     def episode(self, path: Path, index: int, v3: bool) -> pa.Table:
         if path != self.path:
             self.path, self.table = path, pq.read_table(path, columns=[*self.columns, *(["episode_index"] if v3 else [])])
+            if v3:
+                episodes = self.table.column("episode_index").to_numpy()  # [R]
+                self.order = np.argsort(episodes, kind="stable")  # rows of one episode together, in file order
+                self.episodes = episodes[self.order]
         if not v3:
             return self.table
-        import pyarrow.compute as pc
-
-        return self.table.filter(pc.equal(self.table.column("episode_index"), index))
+        lo, hi = np.searchsorted(self.episodes, [index, index + 1])
+        return self.table.take(self.order[lo:hi])
 
 
 def episode_rows(conv: Conversion, media: Path) -> Iterator[dict[str, Any]]:
@@ -228,7 +233,8 @@ def _values(column: pa.ChunkedArray, length: int) -> np.ndarray:
 
 
 def store_table(rows: list[dict[str, Any]], conv: Conversion) -> pa.Table:
-    """The episodes table, typed columns built explicitly so that empty-free float32 values stay float32."""
+    """Rows of the episodes table, typed columns built explicitly so that float32 values stay float32
+    (the same schema for every batch of rows)."""
     columns: dict[str, pa.Array] = {"episode_id": pa.array([r["episode_id"] for r in rows], pa.string()),
                                     "task": pa.array([r["task"] for r in rows], pa.string())}
     for f in conv.features:
@@ -271,12 +277,22 @@ def convert_lerobot(src: Path, store: Path, overwrite: bool = False, progress: b
                         hint="download the dataset's data/ folder")
 
     def build(folder: Path) -> dict[str, Any]:
-        rows = list(tqdm(episode_rows(conv, folder / "media"), total=len(conv.episodes), desc="convert",
-                         unit="ep", disable=not progress))
-        pq.write_table(store_table(rows, conv), folder / "episodes.parquet")
+        # one row group per episode, written as it is converted: memory is one episode, not the dataset
+        writer, count = None, 0
+        try:
+            for row in tqdm(episode_rows(conv, folder / "media"), total=len(conv.episodes), desc="convert",
+                            unit="ep", disable=not progress):
+                table = store_table([row], conv)
+                if writer is None:
+                    writer = pq.ParquetWriter(folder / "episodes.parquet", table.schema)
+                writer.write_table(table)
+                count += 1
+        finally:
+            if writer is not None:
+                writer.close()
         (folder / "store.yaml").write_text(store_yaml(conv))
         return {"format": "lerobot", "version": conv.version, "source": str(conv.root), "fps": conv.fps,
-                "episodes": len(rows), "skipped": conv.skipped,
+                "episodes": count, "skipped": conv.skipped,
                 "fields": {f.field: {"source": f.key, "kind": f.kind, "dtype": f.dtype} for f in conv.features}}
 
     return write_store(Path(store), build, overwrite)
