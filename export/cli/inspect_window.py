@@ -28,6 +28,9 @@ def load_window(out: Path, split: str, key: str | None, index: int | None) -> tu
                         "export again into a new folder") from exc
     seen = 0
     for shard in shards:
+        if index is not None and not seen <= index < seen + shard.samples:  # not this shard: not read at all
+            seen += shard.samples
+            continue
         data = (Path(out) / shard.path).read_bytes()
         for i in range(shard.samples):
             start, stop = shard.sample_span(i)
