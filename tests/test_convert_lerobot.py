@@ -33,7 +33,8 @@ def test_the_report_lists_the_mapping_and_the_absent_episodes(store: Path) -> No
     assert report["fields"] == {
         "action": {"source": "action", "kind": "timeseries", "dtype": "float32"},
         "observation_images_cam_high": {"source": "observation.images.cam_high", "kind": "video", "dtype": "uint8"},
-        "observation_state": {"source": "observation.state", "kind": "timeseries", "dtype": "float32"}}
+        "observation_state": {"source": "observation.state", "kind": "timeseries", "dtype": "float32"},
+        "task": {"source": "tasks", "kind": "text", "dtype": "str"}}
     listed = {int(s["episode_index"]) for s in report["skipped"]}
     assert listed == set(range(100)) - {1, 2}
     assert report["skipped"][0] == {"episode_index": 0, "reason": "data/chunk-000/episode_000000.parquet is missing"}

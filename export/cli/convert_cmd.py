@@ -1,35 +1,52 @@
-"""`robowds convert FORMAT SRC STORE`: a dataset in another format -> a new episode store."""
+"""`robowds convert FORMAT SRC STORE`: a dataset in another format -> a new episode store.
+
+One sub-command per format; each format's own options live in `convert_<format>.py` (`HELP`, `SRC_HELP`, `what(report)`,
+`add_arguments(parser)`, `plan(args) -> Conversion`); the options every format shares are here.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 from pathlib import Path
 
-FORMATS = ("lerobot",)
+from robowds.export.errors import UserError
+
+FORMATS = ("lerobot",)  # each has robowds.export.cli.convert_<format>
+
+
+def _format_module(name: str):  # noqa: ANN202 (a module)
+    return importlib.import_module(f"robowds.export.cli.convert_{name}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="convert a dataset (LeRobot v2.0/v2.1/v3.0) into an episode store")
-    p.add_argument("format", choices=FORMATS, help="source format")
-    p.add_argument("src", type=Path, help="the source dataset's root folder")
-    p.add_argument("store", type=Path, help="new store folder (created when the conversion is complete)")
-    p.add_argument("--overwrite", action="store_true", help="replace a store that robowds convert wrote")
-    p.add_argument("--json", action="store_true", help="print the conversion report as JSON on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(fn=run)
+    p = sub.add_parser("convert", help=f"convert a dataset ({', '.join(FORMATS)}) into an episode store")
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    for name in FORMATS:
+        module = _format_module(name)
+        f = formats.add_parser(name, help=module.HELP, description=module.HELP)
+        f.add_argument("src", type=Path, help=module.SRC_HELP)
+        f.add_argument("store", type=Path, help="new store folder (created when the conversion is complete)")
+        module.add_arguments(f)
+        f.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+                       help="worker processes (1 = in-process); the store is identical for any count")
+        f.add_argument("--skip-bad", action="store_true",
+                       help="skip episodes that cannot be converted, list them in the report, and go on")
+        f.add_argument("--overwrite", action="store_true", help="replace a store that robowds convert wrote")
+        f.add_argument("--json", action="store_true", help="print the conversion report as JSON on stdout")
+        f.add_argument("--quiet", action="store_true", help="no progress bar")
+        f.set_defaults(fn=run, plan=module.plan, what=module.what)
+    p.set_defaults(fn=lambda args: p.error("choose a FORMAT"))
 
 
 def run(args: argparse.Namespace) -> int:
-    from robowds.export.convert import convert_lerobot
+    from robowds.export.convert.run import run_conversion, summary
 
-    report = convert_lerobot(args.src, args.store, overwrite=args.overwrite,
-                             progress=not (args.quiet or args.json))
-    if args.json:
-        print(json.dumps(report, indent=1, sort_keys=True))
-        return 0
-    skipped = report["skipped"]
-    print(f"converted {report['episodes']} episodes of LeRobot {report['version']} ({len(report['fields'])} fields) "
-          f"-> {args.store}" + (f"; skipped {len(skipped)} listed in meta but absent (see convert_report.json)"
-                                if skipped else ""))
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
+    report = run_conversion(args.plan(args), args.store, overwrite=args.overwrite, workers=args.workers,
+                            skip_bad=args.skip_bad, progress=not (args.quiet or args.json))
+    print(json.dumps(report, indent=1, sort_keys=True) if args.json else summary(report, args.store, args.what(report)))
     return 0

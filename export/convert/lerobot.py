@@ -24,16 +24,17 @@ in `convert_report.json`. Memory: one episode's table at a time, O(longest episo
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
+from robowds.export.convert.episode_store import FieldSpec, field_name
+from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
 
 BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}  # LeRobot's own columns
@@ -50,8 +51,8 @@ class Feature:
 
 
 @dataclass
-class Conversion:
-    """What a conversion found: the info, the mapped features, the episodes with their files, and the
+class LeRobotInfo:
+    """What meta/ says: the info, the mapped features, the episodes with their files, and the
     episodes skipped with the reason."""
 
     root: Path
@@ -60,14 +61,6 @@ class Conversion:
     features: list[Feature]
     episodes: list[dict[str, Any]]  # listed episodes whose data files exist, each with its data path and videos
     skipped: list[dict[str, Any]] = field(default_factory=list)
-
-
-def field_name(key: str) -> str:
-    """LeRobot feature key -> store field name (lowercase, `[a-z0-9_]`, at most 32 characters)."""
-    name = re.sub(r"[^a-z0-9_]", "_", key.lower())
-    if not name or not name[0].isalpha():
-        name = f"f_{name}"
-    return name[:32]
 
 
 def _names(spec: dict[str, Any]) -> tuple[str, ...] | None:
@@ -84,7 +77,7 @@ def _names(spec: dict[str, Any]) -> tuple[str, ...] | None:
     return tuple(names) if len(names) == width else None
 
 
-def read_info(root: Path) -> Conversion:
+def read_info(root: Path) -> LeRobotInfo:
     """Open `meta/`: the features to map and the episodes whose Parquet files exist."""
     info_path = root / "meta" / "info.json"
     if not info_path.is_file():
@@ -122,7 +115,7 @@ def read_info(root: Path) -> Conversion:
             skipped.append({"episode_index": entry["episode_index"], "reason": f"{entry['data']} is missing"})
             continue
         episodes.append(entry)
-    return Conversion(root, float(info["fps"]), version, features, episodes, skipped)
+    return LeRobotInfo(root, float(info["fps"]), version, features, episodes, skipped)
 
 
 def _v2_episodes(root: Path, info: dict[str, Any], features: list[Feature]) -> list[dict[str, Any]]:
@@ -172,55 +165,94 @@ def _video_path(info: dict[str, Any], index: int, key: str) -> str:
     return info["video_path"].format(episode_chunk=_chunk(info, index), episode_index=index, video_key=key)
 
 
-class _Tables:
-    """The last data file read, kept: v3 files hold many episodes, so each file is read and grouped by
-    episode once (a stable sort of its episode_index column), not scanned again per episode.
-    O(one file) memory."""
+@dataclass(frozen=True)
+class EpisodeTask:
+    """One episode to convert, all a worker needs (picklable, a few hundred bytes)."""
 
-    def __init__(self, columns: list[str]) -> None:
-        self.columns, self.path, self.table = columns, None, None
-        self.order, self.episodes = np.zeros(0, np.int64), np.zeros(0, np.int64)  # [R] row order, [R] its episodes
-
-    def episode(self, path: Path, index: int, v3: bool) -> pa.Table:
-        if path != self.path:
-            self.path, self.table = path, pq.read_table(path, columns=[*self.columns, *(["episode_index"] if v3 else [])])
-            if v3:
-                episodes = self.table.column("episode_index").to_numpy()  # [R]
-                self.order = np.argsort(episodes, kind="stable")  # rows of one episode together, in file order
-                self.episodes = episodes[self.order]
-        if not v3:
-            return self.table
-        lo, hi = np.searchsorted(self.episodes, [index, index + 1])
-        return self.table.take(self.order[lo:hi])
+    root: Path
+    fps: float
+    v3: bool
+    features: tuple[Feature, ...]
+    entry: dict[str, Any]  # from meta: episode_index, tasks, data path, videos {key: (path, from, to)}
 
 
-def episode_rows(conv: Conversion, media: Path) -> Iterator[dict[str, Any]]:
-    """One store row per episode: typed time series, video structs (symlinks made in `media`), task."""
-    series = [f for f in conv.features if f.kind == "timeseries"]
-    tables = _Tables(["frame_index", *[f.key for f in series]])
-    for entry in conv.episodes:
-        index = int(entry["episode_index"])
-        table = tables.episode(conv.root / entry["data"], index, conv.version == "v3.0")
-        t = table.column("frame_index").to_numpy().astype(np.float64) / conv.fps  # [T] exact grid times
-        row: dict[str, Any] = {"episode_id": f"episode_{index:06d}",
-                               "task": " | ".join(str(x) for x in entry.get("tasks", []))}
-        for f in series:
-            values = _values(table.column(f.key), len(t))  # [T, N]
-            row[f.field] = {"t": t, "v": values}
-        for f in (f for f in conv.features if f.kind == "video"):
-            rel, start, end = entry["videos"][f.key]
-            source = (conv.root / rel).resolve()
-            if not source.is_file():
-                raise UserError(f"episode {index}: video {source} of feature {f.key!r} is missing",
-                                hint="download the dataset's videos/ too")
-            link = media / f.field / "_".join(Path(rel).parts[-2:])  # chunk-000_episode_000001.mp4 (v2) or
-            # chunk-000_file-000.mp4 (v3: one link per file, shared by the episodes it holds)
-            if not link.is_symlink():
-                link.parent.mkdir(parents=True, exist_ok=True)
-                link.symlink_to(source)
-            row[f.field] = {"path": link.relative_to(media.parent).as_posix(), "fps": conv.fps,
-                            "start_s": start, "end_s": end}
-        yield row
+@lru_cache(maxsize=1)
+def _data_file(path: Path, columns: tuple[str, ...], v3: bool) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """A data file, and for v3 its rows grouped by episode ([R] row order, [R] its episode indices).
+    v3 files hold many episodes and a worker's consecutive tasks are usually in the same file: the last
+    file read is kept (one per worker process), so each file is read once per worker, not per episode."""
+    table = pq.read_table(path, columns=[*columns, *(["episode_index"] if v3 else [])])
+    if not v3:
+        return table, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    episodes = table.column("episode_index").to_numpy()  # [R]
+    order = np.argsort(episodes, kind="stable")  # rows of one episode together, in file order
+    return table, order, episodes[order]
+
+
+def _episode_table(task: EpisodeTask, columns: tuple[str, ...]) -> pa.Table:
+    table, order, episodes = _data_file(task.root / task.entry["data"], columns, task.v3)
+    if not task.v3:
+        return table
+    index = int(task.entry["episode_index"])
+    lo, hi = np.searchsorted(episodes, [index, index + 1])
+    return table.take(order[lo:hi])
+
+
+FLOAT32_NOISE_S = 1e-4  # float32 timestamps at an hour of recording are within ~0.2 ms; a real offset is a frame
+
+
+def clock_offset(frame_index: np.ndarray, timestamp: np.ndarray, fps: float) -> float:
+    """`frame_index / fps - timestamp` when it is one constant beyond float32 noise (the table's clock
+    starts a frame after the video's, as some datasets record), else 0. The video then sits at
+    `pts + clock_offset_s` on the frame-index clock, pairing each row with the frame LeRobot pairs it
+    with (the one at pts = timestamp)."""
+    if len(frame_index) == 0:
+        return 0.0
+    diff = frame_index.astype(np.float64) / fps - timestamp.astype(np.float64)  # [T]
+    median = float(np.median(diff))
+    if abs(median) <= FLOAT32_NOISE_S or np.max(np.abs(diff - median)) > FLOAT32_NOISE_S:
+        return 0.0
+    return round(median * fps) / fps if abs(median * fps - round(median * fps)) < 0.01 else median
+
+
+def convert_episode(task: EpisodeTask, folder: Path) -> dict[str, Any]:
+    """One store row: typed time series, video structs (symlinks made in `folder/media`), task text."""
+    index = int(task.entry["episode_index"])
+    series = [f for f in task.features if f.kind == "timeseries"]
+    columns = ("frame_index", "timestamp", *[f.key for f in series])
+    try:
+        table = _episode_table(task, columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise UserError(f"episode {index}: cannot read {task.root / task.entry['data']}: {exc}",
+                        hint="download the episode's data file again, or pass --skip-bad") from exc
+    frame_index = table.column("frame_index").to_numpy()  # [T]
+    t = frame_index.astype(np.float64) / task.fps  # [T] exact grid times
+    offset = clock_offset(frame_index, table.column("timestamp").to_numpy(), task.fps)
+    row: dict[str, Any] = {"episode_id": f"episode_{index:06d}",
+                           "task": " | ".join(str(x) for x in task.entry.get("tasks", []))}
+    for f in series:
+        row[f.field] = {"t": t, "v": _values(table.column(f.key), len(t))}  # v: [T, N]
+    media = folder / "media"
+    for f in (f for f in task.features if f.kind == "video"):
+        rel, start, end = task.entry["videos"][f.key]
+        source = (task.root / rel).resolve()
+        if not source.is_file():
+            raise UserError(f"episode {index}: video {source} of feature {f.key!r} is missing",
+                            hint="download the dataset's videos/ too, convert with --exclude "
+                                 f"{f.key}, or pass --skip-bad")
+        link = media / f.field / "_".join(Path(rel).parts[-2:])  # chunk-000_episode_000001.mp4 (v2) or
+        # chunk-000_file-000.mp4 (v3: one link per file, shared by the episodes it holds)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            link.symlink_to(source)
+        except FileExistsError:  # another worker linked the same v3 file
+            pass
+        row[f.field] = {"path": link.relative_to(folder).as_posix(), "fps": task.fps,
+                        "start_s": start, "end_s": end, "clock_offset_s": offset or None}
+    if offset:
+        row["_notes"] = [f"episode {index}: table timestamps are {-offset:+.6f} s from frame_index / fps; "
+                         f"its videos are placed with clock_offset_s = {offset:.6f} (LeRobot's pairing kept)"]
+    return row
 
 
 def _values(column: pa.ChunkedArray, length: int) -> np.ndarray:
@@ -232,67 +264,25 @@ def _values(column: pa.ChunkedArray, length: int) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False).reshape(length, 1)
 
 
-def store_table(rows: list[dict[str, Any]], conv: Conversion) -> pa.Table:
-    """Rows of the episodes table, typed columns built explicitly so that float32 values stay float32
-    (the same schema for every batch of rows)."""
-    columns: dict[str, pa.Array] = {"episode_id": pa.array([r["episode_id"] for r in rows], pa.string()),
-                                    "task": pa.array([r["task"] for r in rows], pa.string())}
-    for f in conv.features:
-        if f.kind == "timeseries":
-            value_type = pa.from_numpy_dtype(np.dtype(f.dtype))
-            typ = pa.struct([("t", pa.list_(pa.float64())), ("v", pa.list_(pa.list_(value_type)))])
-            columns[f.field] = pa.array([{"t": r[f.field]["t"].tolist(), "v": r[f.field]["v"].tolist()}
-                                         for r in rows], type=typ)
-        else:
-            columns[f.field] = pa.array([r[f.field] for r in rows], type=pa.struct(
-                [("path", pa.string()), ("fps", pa.float64()), ("start_s", pa.float64()), ("end_s", pa.float64())]))
-    return pa.table(columns)
+def plan_lerobot(src: Path, exclude: tuple[str, ...] = ()) -> Conversion:
+    """The conversion of the LeRobot dataset at `src`: its fields and one task per episode with files.
+    `exclude`: feature keys (or field names) not to convert."""
+    info = read_info(Path(src).resolve())
+    features = tuple(f for f in info.features if f.key not in exclude and f.field not in exclude)
+    specs = [FieldSpec("task", "text", "str", source="tasks")]
+    for f in features:
+        specs.append(FieldSpec(f.field, f.kind, f.dtype, f.names, source=f.key))
+    tasks = [EpisodeTask(info.root, info.fps, info.version == "v3.0", features, entry) for entry in info.episodes]
+    return Conversion("lerobot", info.root, specs, tasks, convert_episode,
+                      lambda task: f"episode {task.entry['episode_index']} ({task.entry['data']})",
+                      media_roots=[info.root] if any(f.kind == "video" for f in features) else [],
+                      report={"version": info.version, "fps": info.fps, "excluded": sorted(exclude)},
+                      skipped=info.skipped)
 
 
-def store_yaml(conv: Conversion) -> str:
-    """Declarations: names per time series, hold for bool/int values; the source as a media root."""
-    lines = ["# written by robowds convert lerobot", f"media_roots: [{json.dumps(str(conv.root.resolve()))}]",
-             "fields:"]
-    for f in conv.features:
-        decl = {}
-        if f.kind == "timeseries" and f.names:
-            decl["names"] = list(f.names)
-        if f.kind == "timeseries" and np.dtype(f.dtype).kind in "biu":
-            decl["interpolation"] = "hold"
-        if decl:
-            lines.append(f"  {f.field}: {json.dumps(decl)}")
-    if lines[-1] == "fields:":
-        lines.pop()
-    return "\n".join(lines) + "\n"
-
-
-def convert_lerobot(src: Path, store: Path, overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
+def convert_lerobot(src: Path, store: Path, overwrite: bool = False, progress: bool = False, workers: int = 1,
+                    skip_bad: bool = False, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """Convert the LeRobot dataset at `src` into a new episode store at `store`; returns the report
     (also written as `store/convert_report.json`). `progress`: a bar over episodes on stderr."""
-    from robowds.export.convert.store_writer import write_store
-
-    conv = read_info(Path(src).resolve())
-    if not conv.episodes:
-        raise UserError(f"{src}: none of the {len(conv.skipped)} episodes meta lists has its Parquet file",
-                        hint="download the dataset's data/ folder")
-
-    def build(folder: Path) -> dict[str, Any]:
-        # one row group per episode, written as it is converted: memory is one episode, not the dataset
-        writer, count = None, 0
-        try:
-            for row in tqdm(episode_rows(conv, folder / "media"), total=len(conv.episodes), desc="convert",
-                            unit="ep", disable=not progress):
-                table = store_table([row], conv)
-                if writer is None:
-                    writer = pq.ParquetWriter(folder / "episodes.parquet", table.schema)
-                writer.write_table(table)
-                count += 1
-        finally:
-            if writer is not None:
-                writer.close()
-        (folder / "store.yaml").write_text(store_yaml(conv))
-        return {"format": "lerobot", "version": conv.version, "source": str(conv.root), "fps": conv.fps,
-                "episodes": count, "skipped": conv.skipped,
-                "fields": {f.field: {"source": f.key, "kind": f.kind, "dtype": f.dtype} for f in conv.features}}
-
-    return write_store(Path(store), build, overwrite)
+    return run_conversion(plan_lerobot(src, exclude), Path(store), overwrite=overwrite, workers=workers,
+                          skip_bad=skip_bad, progress=progress)

@@ -1,6 +1,8 @@
 """Where map and reduce tasks run: in-process or in a local process pool (a cluster backend is planned).
 
-The interface is one method, `map_unordered(fn, items)`, yielding results as tasks finish. Tasks are
+The interface is `map_unordered(fn, items)`, yielding results as tasks finish, and `map_ordered`,
+yielding them in task order (converters write their store in source order, so the bytes never depend
+on the worker count). Tasks are
 top-level functions of picklable arguments whose results carry their own identity, so the job's output
 never depends on completion order or on the backend. A Ray backend (planned, not written yet) would
 implement the same method with `ray.remote` tasks, imported lazily as an optional extra.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.connection import Connection
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
@@ -22,6 +25,8 @@ R = TypeVar("R")
 class Executor(Protocol):
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
 
+    def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
+
     def close(self) -> None: ...
 
 
@@ -31,6 +36,8 @@ class InlineExecutor:
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         for item in items:
             yield fn(item)
+
+    map_ordered = map_unordered  # one task at a time: completion order is task order
 
     def close(self) -> None:
         pass
@@ -85,6 +92,17 @@ class ProcessExecutor:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
+
+    def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """Results in task order, with at most 2 x workers tasks in flight: a slow task holds back the
+        ones after it (their results wait in memory, bounded by the window), never reorders them."""
+        pending: deque[Future[R]] = deque()
+        for item in items:
+            if len(pending) >= 2 * self.workers:
+                yield pending.popleft().result()
+            pending.append(self._pool.submit(fn, item))
+        while pending:
+            yield pending.popleft().result()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
