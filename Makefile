@@ -6,12 +6,15 @@ PY := $(VENV)/bin/python
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	@# constraints.txt pins every package (a lock): a fresh resolve of s3fs/aiobotocore/botocore can
+	@# backtrack for an hour; 20 minutes means it is stuck
+	timeout 1200 $(PY) -m pip install -q -c constraints.txt -e '.[test]' || { rm -rf $(VENV); exit 1; }
 
 venv: $(PY)
 
+# the whole suite is ~5-7 minutes on 2 cores; past 40 it is stuck: stop it and print what ran
 test: $(PY)
-	$(PY) -m pytest -q -n 2 tests
+	timeout -k 30 2400 $(PY) -m pytest -q -n 2 --durations=15 tests
 
 demo: $(PY)
 	$(VENV)/bin/robowds demo
