@@ -14,7 +14,14 @@ Mapping (one store row per episode, `episode_id` = `episode_<index:06d>`):
   a symlink in `media/` (referenced, never copied or re-encoded; store.yaml lists the source under
   `media_roots`); v3.0 files hold many episodes, each the half-open segment
   `[from_timestamp, to_timestamp)` of `meta/episodes`;
+- every image feature (per-frame images embedded in the Parquet rows) -> one video file per episode in
+  the store: JPEG frames muxed as MJPEG byte for byte, PNG frames encoded losslessly (FFV1), frame k at
+  `frame_index[k] / fps`;
 - the episode's tasks -> text field `task` (several tasks joined with " | ").
+The table's clock and the video's: LeRobot pairs row k with the frame at pts = `timestamp[k]`. Where
+`frame_index / fps - timestamp` is one constant beyond float32 noise (a table clock starting a frame late,
+as some datasets record), the videos get that constant as `clock_offset_s`, so the same pairs come out
+on the exact frame-index grid; each such episode is named in the report's `notes`.
 Feature keys become field names with `.` -> `_` (`observation.state` -> `observation_state`).
 
 Episodes that meta lists but whose Parquet file is absent (a partial download) are skipped and listed
@@ -23,6 +30,7 @@ in `convert_report.json`. Memory: one episode's table at a time, O(longest episo
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -45,7 +53,7 @@ SUPPORTED = ("v2.0", "v2.1", "v3.0")
 class Feature:
     key: str  # LeRobot's feature key, e.g. observation.state
     field: str  # the store's field name, e.g. observation_state
-    kind: str  # "timeseries" | "video"
+    kind: str  # "timeseries" | "video" | "images" (per-frame images in the Parquet rows -> a video file)
     dtype: str
     names: tuple[str, ...] | None
 
@@ -97,9 +105,8 @@ def read_info(root: Path) -> LeRobotInfo:
             continue
         dtype = str(spec.get("dtype"))
         if dtype in ("video", "image"):
-            if dtype == "video":
-                features.append(Feature(key, field_name(key), "video", "uint8", None))
-            continue  # per-frame images in Parquet: not mapped yet (listed in the report)
+            features.append(Feature(key, field_name(key), "video" if dtype == "video" else "images", "uint8", None))
+            continue
         if np.dtype(dtype if dtype != "bool" else "bool").kind not in "biuf":
             continue
         features.append(Feature(key, field_name(key), "timeseries", dtype, _names(spec)))
@@ -219,7 +226,8 @@ def convert_episode(task: EpisodeTask, folder: Path) -> dict[str, Any]:
     """One store row: typed time series, video structs (symlinks made in `folder/media`), task text."""
     index = int(task.entry["episode_index"])
     series = [f for f in task.features if f.kind == "timeseries"]
-    columns = ("frame_index", "timestamp", *[f.key for f in series])
+    images = [f for f in task.features if f.kind == "images"]
+    columns = ("frame_index", "timestamp", *[f.key for f in series], *[f.key for f in images])
     try:
         table = _episode_table(task, columns)
     except (OSError, pa.ArrowException) as exc:
@@ -233,6 +241,9 @@ def convert_episode(task: EpisodeTask, folder: Path) -> dict[str, Any]:
     for f in series:
         row[f.field] = {"t": t, "v": _values(table.column(f.key), len(t))}  # v: [T, N]
     media = folder / "media"
+    for f in images:
+        row[f.field] = _image_video(table.column(f.key), t, task.fps, media / f.field / f"episode_{index:06d}.mkv",
+                                    f"episode {index}, feature {f.key!r}")
     for f in (f for f in task.features if f.kind == "video"):
         rel, start, end = task.entry["videos"][f.key]
         source = (task.root / rel).resolve()
@@ -255,6 +266,33 @@ def convert_episode(task: EpisodeTask, folder: Path) -> dict[str, Any]:
     return row
 
 
+def _image_video(column: pa.ChunkedArray, t: np.ndarray, fps: float, path: Path, where: str) -> dict[str, Any]:
+    """Per-frame images (HF `Image`: struct {bytes, path}) -> one video file: JPEG frames muxed as MJPEG
+    byte for byte, anything else (PNG) decoded and encoded losslessly (FFV1). Frame k sits at t[k]."""
+    from PIL import Image, UnidentifiedImageError
+
+    from robowds.export.media.encode import encode_frames, mux_jpegs
+
+    cells = column.combine_chunks()
+    data = cells.field("bytes").to_pylist() if pa.types.is_struct(cells.type) else cells.to_pylist()
+    if any(d is None for d in data):
+        raise UserError(f"{where}: {sum(d is None for d in data)} of {len(data)} frames have no embedded image bytes "
+                        "(images stored by path are not converted)", hint="exclude the feature with --exclude")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        first = Image.open(io.BytesIO(data[0]))
+        if all(d[:2] == b"\xff\xd8" for d in data):  # JPEG: the bytes themselves become the video's packets
+            offset = mux_jpegs(data, t, path, *first.size)
+        else:
+            frames = np.stack([np.asarray(Image.open(io.BytesIO(d)).convert("RGB")) for d in data])  # [T, H, W, 3]
+            offset = encode_frames(frames, t, path)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise UserError(f"{where}: an image cannot be decoded: {exc}",
+                        hint="exclude the feature with --exclude, or pass --skip-bad") from exc
+    return {"path": path.relative_to(path.parents[2]).as_posix(), "fps": fps, "start_s": None, "end_s": None,
+            "clock_offset_s": offset}
+
+
 def _values(column: pa.ChunkedArray, length: int) -> np.ndarray:
     """A feature column as [T, N] in its stored dtype (scalars and fixed-size lists alike)."""
     array = column.combine_chunks()
@@ -271,7 +309,7 @@ def plan_lerobot(src: Path, exclude: tuple[str, ...] = ()) -> Conversion:
     features = tuple(f for f in info.features if f.key not in exclude and f.field not in exclude)
     specs = [FieldSpec("task", "text", "str", source="tasks")]
     for f in features:
-        specs.append(FieldSpec(f.field, f.kind, f.dtype, f.names, source=f.key))
+        specs.append(FieldSpec(f.field, "video" if f.kind == "images" else f.kind, f.dtype, f.names, source=f.key))
     tasks = [EpisodeTask(info.root, info.fps, info.version == "v3.0", features, entry) for entry in info.episodes]
     return Conversion("lerobot", info.root, specs, tasks, convert_episode,
                       lambda task: f"episode {task.entry['episode_index']} ({task.entry['data']})",
