@@ -172,7 +172,7 @@ def test_the_docs_mapping_converts_the_custom_layout(files: dict[str, Path], tmp
     report = json.loads((store / "convert_report.json").read_text())
     assert (report["layout"], report["episodes"], report["rate_hz"]) == ("mapping", 2, None)
     assert sorted(report["fields"]) == ["action", "cam_high", "observation_state", "task"]
-    samples = _export(store, tmp_path / "out", 30, 2, "--set", "streams.cam_high.encoding=raw",
+    samples = _export(store, tmp_path / "out", 30, 2, "--set", "float_dtype=float64", "--set", "streams.cam_high.encoding=raw",
                       "--set", "streams.cam_high.duration_s=0.03333333333333333")
     with h5py.File(files["custom"], "r") as f:
         for i in range(2):
@@ -241,12 +241,22 @@ def _different_lengths(files: dict[str, Path], tmp: Path) -> tuple[Path, list[st
     return path, []
 
 
+def _depth_obs(files: dict[str, Path], tmp: Path) -> tuple[Path, list[str]]:
+    path = tmp / "depth.hdf5"
+    path.write_bytes(files["robomimic"].read_bytes())
+    with h5py.File(path, "a") as f:
+        for demo in f["data"]:
+            f.create_dataset(f"data/{demo}/obs/agentview_depth", data=np.zeros((STEPS, 48, 64, 1), np.float32))
+    return path, []
+
+
 @pytest.mark.parametrize("make,message", [
     (_not_hdf5, "notes.hdf5 is not an HDF5 file"),
     (_unknown_layout, "other.h5: unknown HDF5 layout: neither robomimic"),
     (_missing_rate, "norate.hdf5: no control rate: data.attrs['env_args'] has no env_kwargs.control_freq"),
     (_mapping_missing_dataset, "the mapping's field 'observation_state' names dataset 'joints/positions', which does not exist"),
     (_different_lengths, "short.hdf5 (demo demo_1): datasets of different lengths in one episode: actions 29"),
+    (_depth_obs, "depth.hdf5 (demo demo_0): dataset 'obs/agentview_depth' (float32 [30, 48, 64, 1]) is neither"),
 ])
 def test_bad_inputs_are_one_clear_error(files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         make, message: str) -> None:
@@ -265,3 +275,13 @@ def test_skip_bad_leaves_the_bad_demo_out_and_lists_it(files: dict[str, Path], t
     assert report["episodes"] == 2
     assert [s["episode"] for s in report["skipped"]] == [f"{src} (demo demo_1)"]
     assert "datasets of different lengths" in report["skipped"][0]["reason"]
+
+
+@pytest.mark.parametrize("make,fix,check", [
+    (_missing_rate, ["--fps", "20"], lambda r: (r["rate_hz"], r["rate_source"]) == (20.0, "--fps")),
+    (_depth_obs, ["--exclude", "agentview_depth"], lambda r: "agentview_depth" not in r["fields"]),
+])
+def test_the_fix_each_message_names_works(files: dict[str, Path], tmp_path: Path, make, fix, check) -> None:
+    src, _ = make(files, tmp_path)
+    report = json.loads((_convert(src, tmp_path / "store", *fix) / "convert_report.json").read_text())
+    assert check(report) and validate_store(tmp_path / "store").exportable
