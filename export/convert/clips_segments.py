@@ -3,8 +3,9 @@
 The video struct's `start_s` / `end_s` are the half-open segment `[start_s, end_s)` in the file's own
 clock (docs/store.md): a label in seconds gives them as written; a label in frames gives the pts of its
 first frame and of the frame after its last (None when it runs to the file's end), so the segment holds
-exactly the frames `[start, end)` of the decoded sequence. A frame at file time `pts` sits at episode
-time `pts - start_s`.
+exactly the frames `[start, end)` of the decoded sequence. An absent start or end stays None (from the
+file's first frame, to its last). A frame at file time `pts` sits at episode time `pts - start_s` (`pts`
+when start_s is None: a whole clip keeps the file's clock).
 
 The extent. A camera-only episode's extent is its first and last frame (export/core/extent.py), and its
 grid `first + k / fps` keeps the points up to the last frame. Containers store pts in a time base
@@ -58,7 +59,7 @@ def file_segment(start: float | int | None, end: float | int | None, unit: str, 
         if not 0 <= lo < hi <= count:
             raise SegmentError(f"frames [{lo}, {hi}) are outside the video, which has frames [0, {count})",
                                "fix the label's start/end (0-based frame numbers, end exclusive)")
-        return Segment(float(pts[lo]), None if hi == count else float(pts[hi]), lo, hi)
+        return Segment(None if start is None else float(pts[lo]), None if hi == count else float(pts[hi]), lo, hi)
     period = frame_period(pts, fps)
     first, after = float(pts[0]), float(pts[-1]) + period  # the frames show over [first, after)
     slack = period / 2  # labels written to a few decimals, or a pts rounded to the time base
