@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from robowds.export.convert.episode_store import unique_names
+from robowds.export.convert.episode_store import field_name
 from robowds.export.errors import UserError
 
 RESERVED = ("episode_id", "split", "start_s", "end_s", "meta")  # store columns a field may not be named
@@ -102,9 +102,23 @@ def read_features(spec: dict[str, Any], where: str) -> list[Feature]:
                         hint="pass the folder of an RLDS (Open X-Embodiment) dataset, holding features.json "
                              "and its *.tfrecord-* files")
     leaves = [leaf for name in sorted(top) for leaf in _walk(top[name], f"{name}/", False)]
-    names = unique_names([*RESERVED, *(_base_name(f.key) for f in leaves)])
-    named = dict(zip((f.key for f in leaves), list(names.values())[len(RESERVED):]))
+    named = _field_names([f.key for f in leaves])
     return [Feature(f.key, named[f.key], f.step, f.kind, f.dtype, f.shape, f.encoding, f.problem) for f in leaves]
+
+
+def _field_names(keys: Sequence[str]) -> dict[str, str]:
+    """Feature keys -> distinct field names, none a reserved column; a clash gets `_2`, `_3`... in key
+    order (`episode_store.unique_names` would merge two keys whose base names are equal)."""
+    taken, out = set(RESERVED), {}
+    for key in keys:
+        base = name = field_name(_base_name(key))
+        k = 2
+        while name in taken:
+            name = base[: 32 - len(f"_{k}")] + f"_{k}"
+            k += 1
+        out[key] = name
+        taken.add(name)
+    return out
 
 
 def _base_name(key: str) -> str:
