@@ -225,20 +225,22 @@ BAD = {  # name -> (SRC set-up, extra args) builder, expected message
     "unparseable CSV": (lambda t: (clip(), ["--labels", str(_write(t / "l.csv", f"id,video\na,{VIDEO},extra\n"))]),
                         "l.csv line 2: more cells (3) than header columns (2)"),
     "path escape": (lambda t: (clip(), _labels(t, [{**MID, "video": "../webm_vp9_real_clip_physicsworks/x.webm"}])),
-                    "labels.json item 0: video '../webm_vp9_real_clip_physicsworks/x.webm' is not a path inside SRC"),
+                    "labels.json item 0 (episode 'lecture_3s_9s'): video "
+                    "'../webm_vp9_real_clip_physicsworks/x.webm' is not a path inside SRC"),
     "link escape": (lambda t: (_escape(t), ["--labels", str(_write(t / "labels.json", json.dumps(
         [{**MID, "video": "link.webm"}])))]), "outside SRC"),
     "no labels file": (lambda t: (t, []), "has neither labels.json nor labels.csv"),
     "duplicate id": (lambda t: (clip(), _labels(t, [MID, MID])),
-                     "labels.json item 1: episode id 'lecture_3s_9s' is already used by labels.json item 0"),
+                     "labels.json item 1 (episode 'lecture_3s_9s'): the id is already used by labels.json item 0"),
     "no text": (lambda t: (clip(), _labels(t, [{"id": "a", "video": VIDEO}])),
-                "labels.json item 0: no text: the record has no text/label/template"),
+                "labels.json item 0 (episode 'a'): no text: the record has no text/label/template"),
     "frames outside": (lambda t: (clip(), [*_labels(t, [{"id": "a", "video": VIDEO, "start": 500, "end": 600,
                                                           "text": "x"}]), "--time-unit", "frames"]),
                        "frames [500, 600) are outside the video, which has frames [0, 551)"),
     "two start keys": (lambda t: (clip(), _labels(t, [{**MID, "start_s": 1.0}])), "both start and start_s are given"),
     "seconds with --time-unit frames": (lambda t: (clip(), ["--time-unit", "frames"]),
-                                        "labels.json item 0: start_s is not in the unit of --time-unit frames"),
+                                        "labels.json item 0 (episode 'physicsworks_000'): start_s is not in the "
+                                        "unit of --time-unit frames"),
     "not a video": (lambda t: (_not_a_video(t), []), "clip.webm cannot be read as a video"),
 }
 
@@ -306,7 +308,8 @@ def test_json_and_csv_labels_parse_to_the_same_labels(items: list[dict]) -> None
     text = io.StringIO(newline="")
     writer = csv.writer(text)
     writer.writerows([header, *([x.get(k, "") for k in header] for x in items)])
-    from_json, bad_json = to_labels(parse_json(json.dumps({"_note": "n", "items": items}), "l.json"), LabelOptions(), {})
+    as_json = parse_json(json.dumps({"_note": "n", "items": items}), "l.json")
+    from_json, bad_json = to_labels(as_json, LabelOptions(), {})
     from_csv, bad_csv = to_labels(parse_csv(text.getvalue(), "l.csv"), LabelOptions(), {})
     assert bad_json == bad_csv == []
     key = [(lb.episode_id, lb.file, lb.start, lb.end, lb.text) for lb in from_json]
@@ -318,7 +321,8 @@ def test_json_and_csv_labels_parse_to_the_same_labels(items: list[dict]) -> None
 @given(st.lists(st.sampled_from(["a.webm", "b.webm"]), min_size=1, max_size=6),
        st.lists(st.integers(0, 9), min_size=6, max_size=6))
 def test_ids_without_an_id_column_are_file_stems_and_unique(files: list[str], starts: list[int]) -> None:
-    records_ = [Record(f"item {i}", {"file": f, "start": s, "text": "t"}) for i, (f, s) in enumerate(zip(files, starts))]
+    records_ = [Record(f"item {i}", {"file": f, "start": s, "text": "t"})
+                for i, (f, s) in enumerate(zip(files, starts))]
     labels, bad = to_labels(records_, LabelOptions(), {})
     assert bad == [] and len({lb.episode_id for lb in labels}) == len(files)
     for lb in labels:

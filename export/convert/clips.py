@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from robowds.export.convert.clips_labels import (VIDEO_SUFFIXES, Label, LabelOptions, Record, parse_csv, parse_json,
-                                                 to_labels, unmapped_keys)
+from robowds.export.convert.clips_labels import (FILE_KEYS, VIDEO_SUFFIXES, Label, LabelOptions, Record, parse_csv,
+                                                 parse_json, to_labels, unmapped_keys)
 from robowds.export.convert.clips_segments import SegmentError, file_segment, grid_extent
 from robowds.export.convert.episode_store import FieldSpec, field_name
 from robowds.export.convert.run import Conversion, run_conversion
@@ -189,11 +189,15 @@ def plan_clips(src: Path, labels: Path | None = None, options: LabelOptions = La
         raise UserError(f"--fps must be > 0, got {fps}", hint="omit it to use each file's own rate")
     path = find_labels(root, labels)
     records = read_records(path)
-    needs_index = any(not ({options.file_column} if options.file_column else set(("file", "video", "path")))
-                      & set(r.values) for r in records)
+    file_keys = {options.file_column} if options.file_column else set(FILE_KEYS)
+    needs_index = any(not file_keys & set(r.values) for r in records)  # SSv2: ids only, <id>.webm in SRC
     labels_, bad = to_labels(records, options, videos_by_stem(root) if needs_index else {})
-    if bad and not skip_bad:
-        raise bad[0].error()
+    if bad and not (skip_bad and labels_):
+        error = bad[0].error()
+        if labels_ or len(bad) == 1:
+            raise error
+        raise UserError(f"{path.name}: none of its {len(bad)} labels can be converted; the first: {error.message}",
+                        hint=error.hint)
     template = bool(labels_) and all(label.template is not None for label in labels_)
     specs = [FieldSpec(video_field, "video", "uint8", source="file"),
              FieldSpec(text_field, "text", "str", source=options.text_column or "text|label|template")]

@@ -185,7 +185,8 @@ def _text(values: dict[str, Any], options: LabelOptions) -> tuple[str, str | Non
     key = _first_key(values, options.text_column, TEXT_KEYS)
     if key is None:
         wanted = options.text_column or "/".join(TEXT_KEYS)
-        raise RecordError(f"no text: the record has no {wanted}", "give every label a text (--text-column names the key)")
+        raise RecordError(f"no text: the record has no {wanted}",
+                          "give every label a text (--text-column names the key)")
     text = _string(values[key], key)
     placeholders = values.get("placeholders")
     if key == "template" and isinstance(placeholders, list) and placeholders:
@@ -230,7 +231,7 @@ def to_labels(records: Iterable[Record], options: LabelOptions,
     parsed: list[tuple[Record, str | None, str, Any, Any, str, str | None]] = []
     bad: list[BadRecord] = []
     for record in records:
-        values = record.values
+        values, explicit = record.values, None
         try:
             explicit = _string(values[id_key], id_key) if id_key in values else None
             if explicit == "":
@@ -238,11 +239,12 @@ def to_labels(records: Iterable[Record], options: LabelOptions,
             file = _file(values, options, explicit, videos_by_stem)
             start, end = _time(values, starts, options.time_unit), _time(values, ends, options.time_unit)
             if start is not None and end is not None and not end > start:
-                raise RecordError(f"the segment ends ({end}) before it starts ({start})",
-                                  "end is exclusive and must be greater than start")
+                raise RecordError(f"the segment [{start}, {end}) is empty: its end must be greater than its start",
+                                  "fix start/end (the end is exclusive)")
             text, template = _text(values, options)
         except RecordError as exc:
-            bad.append(BadRecord(record.where, exc.reason, exc.hint + ", or pass --skip-bad"))
+            where = record.where + (f" (episode {explicit!r})" if explicit else "")
+            bad.append(BadRecord(where, exc.reason, exc.hint + ", or pass --skip-bad"))
             continue
         parsed.append((record, explicit, file, start, end, text, template))
     per_file: dict[str, int] = {}
@@ -255,7 +257,8 @@ def to_labels(records: Iterable[Record], options: LabelOptions,
         count[file] = k + 1
         episode_id = explicit if explicit is not None else (stem if per_file[file] == 1 else f"{stem}_{k}")
         if episode_id in seen:
-            bad.append(BadRecord(record.where, f"episode id {episode_id!r} is already used by {seen[episode_id]}",
+            bad.append(BadRecord(f"{record.where} (episode {episode_id!r})",
+                                 f"the id is already used by {seen[episode_id]}",
                                  "give every label a distinct id, or pass --skip-bad"))
             continue
         seen[episode_id] = record.where

@@ -69,8 +69,9 @@ def file_segment(start: float | int | None, end: float | int | None, unit: str, 
     outside = ((start_s is not None and (start_s < first - slack or start_s >= after))
                or (end_s is not None and end_s > after + slack) or hi <= lo)
     if outside:
+        empty = "" if hi > lo else ", and holds no frame"
         raise SegmentError(f"segment [{start_s}, {end_s}) s is outside the video, whose frames cover "
-                           f"[{first:.6f}, {after:.6f}) s ({count} frames)" + ("" if hi > lo else ", and holds no frame"),
+                           f"[{first:.6f}, {after:.6f}) s ({count} frames){empty}",
                            "fix the label's start/end (seconds in the video's own clock; --time-unit frames "
                            "for frame numbers)")
     return Segment(start_s, end_s, lo, hi)
