@@ -261,7 +261,7 @@ def test_a_truncated_file_converts_the_records_before_the_cut_with_skip_bad(tmp_
     assert f"{shard}: record 24 (byte " in err and "the file ends 1000 bytes before the record does" in err, err
     assert convert(src, tmp_path / "store", "--skip-bad", *LIGHT) == 0
     report = json.loads((tmp_path / "store" / "convert_report.json").read_text())
-    assert report["episodes"] == 24 and report["skipped"][0]["episode"] == f"record ? of {SHARD}"
+    assert report["episodes"] == 24 and report["skipped"][0]["episode"] == f"record 24 of {SHARD}"
     assert report["dataset_notes"] == ["split train: dataset_info.json lists 25 records in 1 files; found 24 in 1"]
 
 
@@ -387,3 +387,28 @@ def test_split_all_converts_every_split_with_distinct_ids(tmp_path: Path) -> Non
     assert report["splits"] == ["train", "val"] and report["episodes"] == 2 * EPISODES
     ids = pq.read_table(tmp_path / "store" / "episodes.parquet", columns=["episode_id"]).column(0).to_pylist()
     assert ids[0] == "train_00000_000000" and ids[-1] == "val_00000_000024" and len(set(ids)) == 2 * EPISODES
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("action_as_bytes", "feature 'steps/action' holds byte strings, not what features.json declares"),
+    ("instruction_changes", "text feature 'steps/language_instruction' changes within the episode"),
+    ("camera_missing", "feature 'steps/observation/image_1' of features.json is not in the record"),
+    ("state_cut", "feature 'steps/observation/state' has 69 values, not a multiple of 10 steps"),
+    ("not_an_example", "not a tf.train.Example"),
+])
+def test_a_record_that_does_not_match_features_json_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             damage: str, message: str) -> None:
+    (example,) = real_examples(1)
+    features = example.features.feature
+    if damage == "action_as_bytes":
+        features["steps/action"].bytes_list.value.append(b"\x00" * 28)
+    elif damage == "instruction_changes":
+        features["steps/language_instruction"].bytes_list.value[4] = b"another task"
+    elif damage == "camera_missing":
+        del features["steps/observation/image_1"]
+    elif damage == "state_cut":
+        del features["steps/observation/state"].float_list.value[-1]
+    payload = example.SerializeToString() if damage != "not_an_example" else b"\xff" * 40
+    src = copy_dataset(tmp_path, records=[payload])
+    err = convert_fails(capsys, src, tmp_path / "store")
+    assert f"{src / SHARD}: record 0: {message}" in err, err

@@ -47,6 +47,7 @@ class RecordTask:
 
     path: Path
     name: str  # the file relative to the dataset folder, for messages
+    index: int  # the record's number in its file
     episode_id: str
     ref: RecordRef | None  # None: the record cannot be located (`problem` says why)
     problem: str | None
@@ -94,11 +95,12 @@ def split_files(root: Path, info: dict[str, Any], split: str) -> dict[str, list[
     if str(info.get("fileFormat", "tfrecord")) != "tfrecord":
         raise UserError(f"{root / 'dataset_info.json'}: fileFormat {info['fileFormat']!r} is not TFRecord",
                         hint="this converter reads TFRecord datasets; rebuild it with file_format='tfrecord'")
+    shards = [(path, m) for path in sorted(root.iterdir()) if path.is_file() and (m := SHARD.match(path.name))]
     name = info.get("name")
+    named = any(m["name"] == name for _, m in shards)  # else files renamed since dataset_info.json: take all
     found: dict[str, list[Path]] = {}
-    for path in sorted(root.iterdir()):
-        match = SHARD.match(path.name)
-        if match and path.is_file() and (name is None or match["name"] == name):
+    for path, match in shards:
+        if not named or match["name"] == name:
             found.setdefault(match["split"], []).append(path)
     if split == "all":
         return found
@@ -146,45 +148,49 @@ def plan_rlds(src: Path, fps: float | None = None, split: str = "train", exclude
                             hint=f"leave it out with --exclude {f.key}")
     rate, rate_source = dataset_fps(info, root, fps)
     files = split_files(root, info, split)
+    if rate > 1000 and any(f.kind == "video" for f in kept):
+        raise UserError(f"--fps {rate:g}: camera frames more than 1000 per second apart cannot be stored "
+                        "(Matroska times are milliseconds)", hint="check --fps, or --exclude the cameras")
     tasks, notes = [], []
     for split_name, paths in files.items():
+        found = 0
         for number, path in enumerate(paths):
             refs, problem = scan_records(path)
+            found += len(refs)
             rel = path.relative_to(root).as_posix()
-            tasks += [RecordTask(path, rel, f"{split_name}_{number:05d}_{r.index:06d}", r, None, kept, rate,
-                                 image_codec, whole_records) for r in refs]
+            tasks += [RecordTask(path, rel, r.index, f"{split_name}_{number:05d}_{r.index:06d}", r, None, kept,
+                                 rate, image_codec, whole_records) for r in refs]
             if problem:  # converted as a failing task: the message names it, --skip-bad goes on
-                tasks.append(RecordTask(path, rel, f"{split_name}_{number:05d}_{len(refs):06d}", None,
+                tasks.append(RecordTask(path, rel, len(refs), f"{split_name}_{number:05d}_{len(refs):06d}", None,
                                         f"{path}: {problem}", kept, rate, image_codec, whole_records))
-        notes += _shard_length_notes(info, split_name, paths, tasks)
+        notes += _shard_length_notes(info, split_name, len(paths), found)
     if not tasks:
         raise UserError(f"{root}: the {'/'.join(files) or split} TFRecord files hold no records: "
                         + ", ".join(p.name for paths in files.values() for p in paths),
                         hint="the files are empty (an interrupted download?): download them again")
     specs = [FieldSpec(f.field, f.kind, f.dtype, source=f.key) for f in kept]
-    return Conversion("rlds", root, specs, tasks, convert_record, lambda t: f"record {t.ref.index if t.ref else '?'} "
-                      f"of {t.name}", report={"dataset": info.get("name", root.parent.name), "version": root.name,
+    return Conversion("rlds", root, specs, tasks, convert_record, lambda t: f"record {t.index} of {t.name}",
+                      report={"dataset": info.get("name", root.parent.name), "version": root.name,
                                               "splits": sorted(files), "fps": rate, "fps_source": rate_source,
                                               "image_codec": image_codec, "excluded": sorted(exclude),
                                               "whole_records": whole_records, "dataset_notes": notes})
 
 
-def _shard_length_notes(info: dict[str, Any], split: str, paths: list[Path], tasks: list[RecordTask]) -> list[str]:
-    """dataset_info.json's record count per split against the records found (a partial download)."""
+def _shard_length_notes(info: dict[str, Any], split: str, files: int, found: int) -> list[str]:
+    """dataset_info.json's record count of a split against the records found (a partial download)."""
     listed = next((s for s in info.get("splits", []) if s.get("name") == split), None)
     if not listed or "shardLengths" not in listed:
         return []
     expected = sum(int(n) for n in listed["shardLengths"])
-    found = sum(1 for t in tasks if t.ref is not None and t.episode_id.startswith(split + "_"))
-    files = len(listed["shardLengths"])
-    if (expected, files) == (found, len(paths)):
+    if (expected, len(listed["shardLengths"])) == (found, files):
         return []
-    return [f"split {split}: dataset_info.json lists {expected} records in {files} files; found {found} in {len(paths)}"]
+    return [f"split {split}: dataset_info.json lists {expected} records in {len(listed['shardLengths'])} files; "
+            f"found {found} in {files}"]
 
 
 def convert_record(task: RecordTask, folder: Path) -> dict[str, Any]:
     """One store row from one record: time series, texts, values, and one video per camera."""
-    where = f"{task.path}: record {task.ref.index if task.ref else '?'}"
+    where = f"{task.path}: record {task.index}"
     if task.ref is None:
         raise UserError(task.problem or where, hint="download this TFRecord file again, or pass --skip-bad")
     raw = parse_example(read_record(task.path, task.ref), where)
@@ -192,6 +198,8 @@ def convert_record(task: RecordTask, folder: Path) -> dict[str, Any]:
     if missing:
         raise UserError(f"{where}: feature {missing[0]!r} of features.json is not in the record",
                         hint=f"leave it out with --exclude {missing[0]}, or pass --skip-bad")
+    for f in task.features:
+        _check_stored_kind(raw[f.key], f, where)
     steps = step_count(raw, task.features, where)
     lo, hi, notes = _episode_steps(raw, steps, task, where)
     if hi - lo < 2:
@@ -214,6 +222,16 @@ def convert_record(task: RecordTask, folder: Path) -> dict[str, Any]:
     return row
 
 
+def _check_stored_kind(values: Any, f: Feature, where: str) -> None:
+    """Images, texts and byte-encoded tensors are stored as bytes_list, other numbers as float/int64
+    lists: anything else does not match features.json."""
+    as_bytes = f.kind in ("video", "text") or f.encoding in ("bytes", "zlib")
+    if as_bytes != isinstance(values, list) and len(values):
+        stored = "byte strings" if isinstance(values, list) else f"{values.dtype} numbers"
+        raise UserError(f"{where}: feature {f.key!r} holds {stored}, not what features.json declares "
+                        f"({f.kind}, {f.dtype})", hint=f"leave it out with --exclude {f.key}, or pass --skip-bad")
+
+
 def _episode_steps(raw: dict[str, Any], steps: int, task: RecordTask, where: str) -> tuple[int, int, list[str]]:
     """The record's steps [lo, hi) that are the episode, and a note when some were left out."""
     if task.whole_records:
@@ -225,7 +243,7 @@ def _episode_steps(raw: dict[str, Any], steps: int, task: RecordTask, where: str
                         hint="convert each record whole with --whole-records, or pass --skip-bad")
     lo, hi = spans[0]
     notes = [] if (lo, hi) == (0, steps) else [
-        f"{task.episode_id} ({task.name}, record {task.ref.index if task.ref else '?'}): steps {lo}-{hi - 1} of "
+        f"{task.episode_id} ({task.name}, record {task.index}): steps {lo}-{hi - 1} of "
         f"{steps} kept (outside is_first..is_last)"]
     return lo, hi, notes
 
@@ -305,10 +323,10 @@ def _decode_images(images: list[bytes], f: Feature, where: str) -> np.ndarray:
         except (UnidentifiedImageError, OSError) as exc:
             raise UserError(f"{where}: image {k} of camera {f.key!r} cannot be decoded ({exc})",
                             hint=f"leave the camera out with --exclude {f.key}, or pass --skip-bad") from exc
-        if image.mode not in ("RGB", "L"):
+        if image.mode not in ("RGB", "L", "P"):
             raise UserError(f"{where}: image {k} of camera {f.key!r} is {image.mode} (videos take RGB or grey)",
                             hint=f"leave the camera out with --exclude {f.key}")
-        frames.append(np.asarray(image.convert("RGB")))  # [H, W, 3]
+        frames.append(np.asarray(image.convert("RGB")))  # [H, W, 3]; grey and palette exactly
     if len({a.shape for a in frames}) != 1:
         raise UserError(f"{where}: camera {f.key!r} changes image size within the episode",
                         hint=f"leave the camera out with --exclude {f.key}, or pass --skip-bad")

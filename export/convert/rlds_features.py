@@ -152,7 +152,9 @@ def episode_spans(is_first: np.ndarray | None, is_last: np.ndarray | None, steps
 def step_count(raw: dict[str, Any], features: Sequence[Feature], where: str) -> int:
     """T of a record: the length of `steps/is_first` (every RLDS step has it), else of the first step
     feature whose size per step is known (`step_values` checks the others against it)."""
-    for f in sorted((f for f in features if f.step and f.key in raw), key=lambda f: f.key != "steps/is_first"):
+    if isinstance(raw.get("steps/is_first"), np.ndarray):  # read even when the field is excluded
+        return len(raw["steps/is_first"])
+    for f in (f for f in features if f.step and f.key in raw):
         if f.kind in ("video", "text") or f.encoding in ("bytes", "zlib"):
             return len(raw[f.key])  # one element per step
         if all(d >= 0 for d in f.shape) and int(np.prod(f.shape)) > 0:
