@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the control rate in Hz; overrides robomimic's env_args control_freq, ALOHA's 50 Hz and "
                         "the mapping's rate_hz; required when none of them exists")
     p.add_argument("--image-codec", choices=CODECS, default="ffv1",
-                   help="codec for raw uint8 frames (ffv1: lossless; the others are lossy); JPEG frames are "
-                        "always muxed as they are")
+                   help="codec for raw uint8 frames (default ffv1: lossless; the others are lossy); JPEG frames "
+                        "are always muxed as they are")
     p.add_argument("--exclude", action="append", default=[], metavar="KEY",
                    help="a dataset path (obs/agentview_depth), key or field name not to convert (repeatable)")
     masks = p.add_mutually_exclusive_group()

@@ -106,7 +106,7 @@ def _video(task: EpisodeTask, src: Source, data: Any, f: Any, t: np.ndarray, fol
     try:
         if src.jpeg_rows:
             rows = np.asarray(data[()])  # [T, L] uint8
-            lengths, note = None, None
+            lengths = None
             if src.lengths is not None and src.lengths in f:
                 compress_len = np.asarray(f[src.lengths][()])  # [cams, T]
                 row = pick_length_row(rows, compress_len, src.lengths_row)

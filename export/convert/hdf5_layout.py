@@ -180,10 +180,6 @@ def split_of_demos(masks: Mapping[str, Sequence[str]], chosen: Sequence[str] | N
     return out
 
 
-def missing_masks(masks: Mapping[str, Sequence[str]], chosen: Sequence[str]) -> list[str]:
-    return [m for m in chosen if m not in masks]
-
-
 def unique_fields(keys: Sequence[str], taken: Sequence[str] = ()) -> dict[str, str]:
     """Field key -> distinct store field name (see `field_name`); a clash gets `_2`, `_3`... in key order,
     and names in `taken` (fields the converter adds itself, e.g. `split`) are never given out."""

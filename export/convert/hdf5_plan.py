@@ -93,25 +93,22 @@ def read_outline(path: Path) -> tuple[dict[str, DatasetInfo], dict[str, Any], An
     return outline, attrs, h5py
 
 
-def _excluded(options: Options, path: str, key: str, name: str) -> bool:
-    return bool({path, key, name} & set(options.exclude))
-
-
 def _sources(outline: Outline, prefix: str, keys: list[tuple[str, str]], options: Options, where: str,
              aloha: bool, taken: Sequence[str] = ()) -> tuple[list[Source], list[FieldSpec]]:
-    """Sources and field specs for (path relative to the episode, key) pairs of the first episode."""
-    kept = [(p, k) for p, k in keys if not _excluded(options, p, k, k)]
-    names = unique_fields([k for _, k in kept], taken)
-    sources, specs = [], []
+    """Sources and field specs for (path relative to the episode, key) pairs of the first episode, less
+    those `options.exclude` names by path, key or field name (a name that matches nothing is a typo)."""
+    names = unique_fields([k for _, k in keys], taken)
+    unknown = [e for e in options.exclude if e not in {x for p, k in keys for x in (p, k, names[k])}]
+    if unknown:
+        raise UserError(f"{where}: --exclude {unknown[0]!r} matches no dataset (keys: {sorted(names)})",
+                        hint="name a dataset path, key or field name of the file")
+    kept = [(p, k) for p, k in keys if not {p, k, names[k]} & set(options.exclude)]
     cameras = sorted(k for p, k in kept if aloha and p.startswith("observations/images/"))
+    sources, specs = [], []
     for path, key in kept:
         info, name = outline[prefix + path], names[key]
-        if _excluded(options, path, key, name):
-            continue
-        kind = step_kind(info)
         jpeg_rows = aloha and path.startswith("observations/images/") and info.dtype == "uint8" and len(info.shape) == 2
-        if jpeg_rows:
-            kind = "video"
+        kind = "video" if jpeg_rows else step_kind(info)
         if kind is None:
             raise UserError(f"{where}: dataset {path!r} ({info.dtype} {list(info.shape)}) is neither a time series "
                             "([T], [T, N] numbers) nor camera frames (uint8 [T, H, W, 3], or JPEG bytes per step)",
@@ -119,14 +116,16 @@ def _sources(outline: Outline, prefix: str, keys: list[tuple[str, str]], options
         if kind == "timeseries":
             width = series_width(info)
             declare = quaternion_declare(key, width) if not aloha else {}
-            spec_names = aloha_names(key, width) if aloha else None
             sources.append(Source(name, kind, path, store_dtype(info.dtype), width))
-            specs.append(FieldSpec(name, kind, store_dtype(info.dtype), spec_names, source=path, declare=declare))
+            specs.append(FieldSpec(name, kind, store_dtype(info.dtype), aloha_names(key, width) if aloha else None,
+                                   source=path, declare=declare))
         else:
             sources.append(Source(name, kind, path, info.dtype, jpeg_rows=jpeg_rows,
                                   lengths="compress_len" if jpeg_rows else None,
                                   lengths_row=cameras.index(key) if key in cameras else -1))
             specs.append(FieldSpec(name, "video", "uint8", source=path))
+    if not sources:
+        raise UserError(f"{where}: nothing left to convert", hint="exclude fewer datasets")
     return sources, specs
 
 
@@ -209,6 +208,9 @@ def plan_aloha(files: list[Path], options: Options) -> Plan:
 
 def plan_mapping(files: list[Path], mapping: HDF5Mapping, where_mapping: str, options: Options) -> Plan:
     """The generic mode: `mapping.episodes` groups of every file, fields as the mapping names them."""
+    if options.exclude:
+        raise UserError(f"--exclude does not apply with a mapping ({where_mapping})",
+                        hint="leave the field out of the mapping instead")
     if mapping.time is not None and options.fps is not None:
         raise UserError(f"{where_mapping}: --fps and a time dataset ({mapping.time}) both give the times",
                         hint="drop --fps, or replace time with rate_hz in the mapping")
