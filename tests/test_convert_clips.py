@@ -38,8 +38,9 @@ FRAMES = 551  # video frames in the vendored cut (pts 0.007 .. 36.674 s)
 ITEM_000 = {"frames": (311, 551), "text": "Holding ball in front of chest"}  # labels.json [20.74, 36.74) s
 # authored for the tests: starts mid-GOP, 7 ms before a frame; its last frame (8.940 s) lies 0.33 ms before
 # its 15 fps grid point, the case whose last window a camera-only extent used to lose
-MID = {"id": "lecture_3s_9s", "video": VIDEO, "start": 3.0, "end": 9.0, "label": "Lecturer at the blackboard",
-       "template": "Standing at [something]", "placeholders": ["blackboard"]}
+MID = {"id": "lecture_3s_9s", "video": VIDEO, "start": 3.0, "end": 9.0,
+       "label": "Lecturer walking along the blackboard", "template": "Walking along [something]",
+       "placeholders": ["blackboard"]}
 MID_FRAMES = (45, 135)
 
 
@@ -114,7 +115,7 @@ def test_json_labels_map_to_segments_texts_and_extents(json_store: Path) -> None
     assert first["video"] == {"path": f"media/video/{VIDEO}", "fps": 15.0, "start_s": 20.74, "end_s": 36.74,
                               "clock_offset_s": None}
     assert (first["text"], first["template"]) == (ITEM_000["text"], "Holding [something] in front of [something]")
-    assert (mid["text"], mid["template"]) == ("Lecturer at the blackboard", "Standing at [something]")
+    assert (mid["text"], mid["template"]) == ("Lecturer walking along the blackboard", "Walking along [something]")
     assert mid["video"]["start_s"] == 3.0 and mid["video"]["end_s"] == 9.0
     assert mid["start_s"] == pytest.approx(0.007) and mid["end_s"] == pytest.approx(0.007 + 89 / 15, abs=1e-12)
     link = json_store / "media" / "video" / VIDEO
@@ -154,13 +155,13 @@ def test_csv_labels_in_frames_and_whole_clips(json_store: Path, tmp_path: Path) 
         writer = csv.writer(f)
         writer.writerow(["file", "start", "end", "text"])
         writer.writerow([VIDEO, *ITEM_000["frames"], ITEM_000["text"]])
-        writer.writerow([VIDEO, *MID_FRAMES, "Lecturer, at the blackboard"])
+        writer.writerow([VIDEO, *MID_FRAMES, "Lecturer, walking along the blackboard"])
         writer.writerow([VIDEO, "", "", "The whole cut"])
     assert convert(clip(), tmp_path / "store", "--labels", tmp_path / "labels.csv", "--time-unit", "frames",
                    "--video-field", "cam", "--text-field", "caption") == 0
     rows = pq.read_table(tmp_path / "store" / "episodes.parquet").to_pylist()
     assert [r["episode_id"] for r in rows] == ["physicsworks_0", "physicsworks_1", "physicsworks_2"]
-    assert [r["caption"] for r in rows] == [ITEM_000["text"], "Lecturer, at the blackboard", "The whole cut"]
+    assert [r["caption"] for r in rows] == [ITEM_000["text"], "Lecturer, walking along the blackboard", "The whole cut"]
     pts = source_pts()
     assert [(r["cam"]["start_s"], r["cam"]["end_s"]) for r in rows] == [  # the frames' pts (to float rounding)
         (pytest.approx(pts[311], abs=1e-12), None), (pytest.approx(pts[45], abs=1e-12),
@@ -200,7 +201,8 @@ def test_skip_bad_converts_the_segment_inside_the_cut_and_lists_the_others(tmp_p
     out = capsys.readouterr().out
     assert "converted 1 episodes" in out and "skipped 3" in out
     report = json.loads((tmp_path / "store" / "convert_report.json").read_text())
-    assert [s["episode"] for s in report["skipped"]] == [
+    assert [s["episode"] for s in report["skipped"]] == [f"episode 'physicsworks_00{i}'" for i in (1, 2, 3)]
+    assert [s["reason"].split(": ", 1)[0] for s in report["skipped"]] == [
         f"labels.json item {i} (episode 'physicsworks_00{i}', video {VIDEO})" for i in (1, 2, 3)]
     assert all("is outside the video" in s["reason"] for s in report["skipped"])
 

@@ -20,11 +20,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the labels file, .json or .csv (default: labels.json or labels.csv in SRC)")
     p.add_argument("--time-unit", choices=("s", "frames"), default="s",
                    help="unit of the labels' start/end: seconds in the video's own clock, or 0-based frame "
-                        "numbers (end exclusive)")
+                        "numbers, end exclusive (default: s)")
     p.add_argument("--fps", type=float, default=None,
                    help="the video fps written to the store (default: each file's average rate, read with PyAV)")
-    p.add_argument("--video-field", default="video", help="the store's video field (links under media/<field>/)")
-    p.add_argument("--text-field", default="text", help="the store's text field")
+    p.add_argument("--video-field", default="video",
+                   help="the store's video field, its links under media/<field>/ (default: video)")
+    p.add_argument("--text-field", default="text", help="the store's text field (default: text)")
     p.add_argument("--id-column", default=None, metavar="KEY",
                    help="the label key holding the episode id (default: id; without one, the video's file stem)")
     p.add_argument("--file-column", default=None, metavar="KEY",

@@ -89,13 +89,14 @@ class ClipTask:
 
 
 def describe(task: ClipTask) -> str:
-    return f"{task.label.where} (episode {task.label.episode_id!r}, video {task.label.file})"
+    """The episode, for the skipped list (whose reason, the UserError, names the record and video)."""
+    return f"episode {task.label.episode_id!r}"
 
 
 def convert_clip(task: ClipTask, folder: Path) -> dict[str, Any]:
     """One store row: the video struct (its symlink made under `folder/media`), the texts, the extent."""
     label = task.label
-    where = describe(task)
+    where = f"{label.where} (episode {label.episode_id!r}, video {label.file})"
     source = (task.src / label.file).resolve()
     if not source.is_relative_to(task.src):
         raise UserError(f"{where}: {task.src / label.file} resolves to {source}, outside SRC {task.src}",
