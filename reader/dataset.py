@@ -1,8 +1,9 @@
 """`ShardDataset`: a PyTorch IterableDataset over one split of an export, driven by the epoch plan.
 
-Each DataLoader worker computes the same plan (pure, from the manifest's counts) and reads only its
-own positions, by byte range. The cursor is tiny: (epoch, start position, elastic history); resuming
-seeks straight to the first unconsumed sample.
+Each DataLoader worker computes the same plan (pure, from the manifest's counts, O(shards) memory) and
+reads only its own positions, whose sample ids it computes chunk by chunk as it goes, by byte range.
+The cursor is tiny: (epoch, start position, elastic history); resuming seeks straight to the first
+unconsumed sample.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from robowds.reader.format import ShardFormatError
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import shards_of
 from robowds.reader.members import MemberSet
-from robowds.reader.plan import POLICIES, PlanSpec, Topology, rank_sequence, worker_positions
+from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, worker_count
 from robowds.reader.remote import RetryPolicy
 from robowds.reader.source import ShardReadError, ShardSource, load_manifest
 
@@ -93,22 +94,28 @@ class ShardDataset(IterableDataset):
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor
         self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
         self._worker: tuple[int, int] = (0, 1)
-        self._sequence: tuple[tuple, np.ndarray] | None = None
+        self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan (ShardLoader resets it)
 
     # -- the plan --------------------------------------------------------------------------------
     def plan_spec(self) -> PlanSpec:
         return PlanSpec(self.counts, self.seed, self.shuffle, self.block, self.policy, self.history)
 
-    def sequence(self) -> np.ndarray:
-        """This rank's sample ids for the current epoch, in order: [R] int64 (cached)."""
+    def plan(self) -> RankPlan:
+        """This rank's plan for the current epoch (cached): O(shards) memory, sample ids per position."""
         key = (self.epoch, self.history, self.rank, self.world_size)
         if self._sequence is None or self._sequence[0] != key:
-            self._sequence = (key, rank_sequence(self.plan_spec(), self.epoch, self.world_size, self.rank))
+            self._sequence = (key, RankPlan(self.plan_spec(), self.epoch, self.world_size, self.rank))
         return self._sequence[1]
+
+    def sequence(self) -> np.ndarray:
+        """This rank's sample ids for the current epoch, in order: [R] int64. Materialised, for tools
+        and tests; reading never builds it."""
+        plan = self.plan()
+        return plan.ids(np.arange(plan.length, dtype=np.int64))
 
     def epoch_length(self) -> int:
         """Samples this rank reads in the current epoch (identical on every rank)."""
-        n = len(self.sequence())
+        n = self.plan().length
         return n // self.batch_size * self.batch_size if self.drop_last else n
 
     def __len__(self) -> int:
@@ -192,15 +199,16 @@ class ShardDataset(IterableDataset):
                 f"{self.epoch}: each worker gets only its own state, so none can tell that the others finished "
                 f"too, and the pass would be empty. Resume it with ShardLoader, or save before the last batch, "
                 f"or start a new loader without the state after ds.set_epoch({self.epoch + 1})")
-        epoch = self.epoch
-        sequence = self.sequence()
-        positions = worker_positions(self.epoch_length(), self.start, self.batch_size, workers, worker)
+        epoch, length = self.epoch, self.epoch_length()
         unit = self.batch_size if self.collate_fn is not None else 1
-        positions = positions[self._yielded * unit:]
-        items = -(-len(positions) // unit)  # what this pass hands out: samples, or batches
+        share = worker_count(length, self.start, self.batch_size, workers, worker)  # positions of this worker
+        done = min(self._yielded * unit, share)  # of them already handed out (a loaded Stateful state)
+        share -= done
+        items = -(-share // unit)  # what this pass hands out: samples, or batches
         last = items - 1 if workers == 1 else -1  # the item after which this copy moves to the next epoch
         source = ShardSource(self.base, self.storage_options, self.verify, self.retry)
-        samples = self._samples(source, sequence[positions].tolist())
+        chunks = self.plan().worker_ids(length, self.start, self.batch_size, workers, worker, skip=done)
+        samples = self._samples(source, (i for chunk in chunks for i in chunk.tolist()))
         if self.collate_fn is None:
             for i, sample in enumerate(samples):
                 self._yielded += 1
@@ -232,8 +240,7 @@ class ShardDataset(IterableDataset):
             return False
         worker, workers = self._worker
         unit = self.batch_size if self.collate_fn is not None else 1
-        return self._yielded * unit >= len(worker_positions(self.epoch_length(), self.start, self.batch_size,
-                                                            workers, worker))
+        return self._yielded * unit >= worker_count(self.epoch_length(), self.start, self.batch_size, workers, worker)
 
     def _holds_last_batch(self) -> bool:
         """Whether this worker's share holds the rank's last batch of the epoch (batches are dealt
@@ -242,12 +249,14 @@ class ShardDataset(IterableDataset):
         batches = -(-(self.epoch_length() - self.start) // self.batch_size)
         return batches > 0 and (batches - 1) % workers == worker
 
-    def _samples(self, source: ShardSource, ids: list[int]) -> Iterator[dict[str, Any] | None]:
+    def _samples(self, source: ShardSource, ids: Iterator[int]) -> Iterator[dict[str, Any] | None]:
         """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding by up to
         READ_AHEAD samples and READ_AHEAD_BYTES: remote ones in READ_THREADS threads (the GIL is
         released while they wait), local ones as read-ahead hints to the kernel for the mapped shard,
         so disk or network time overlaps decoding. Samples that repeat the member layout of an earlier
-        one decode through that layout (`reader/layout.py`); the others through the checked tar walk."""
+        one decode through that layout (`reader/layout.py`); the others through the checked tar walk.
+        A sample whose shard index cannot be had (missing, refused) is an error entry in the window,
+        raised or skipped in its turn like a bad sample."""
         decoder = SampleDecoder(self.members)
         with ThreadPoolExecutor(max_workers=READ_THREADS if source.remote else 1) as pool:
             window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, Future | (path, stop))
@@ -256,7 +265,12 @@ class ShardDataset(IterableDataset):
             waiting = next(upcoming, None)  # the next sample id not yet in `window`
             while True:
                 while waiting is not None and len(window) < READ_AHEAD:
-                    shard, start, stop = self._locate(waiting)
+                    try:
+                        shard, start, stop = self._locate(waiting, source)
+                    except ShardReadError as exc:
+                        window.append((None, 0, 0, exc))
+                        waiting = next(upcoming, None)
+                        continue
                     if window and ahead + stop - start > READ_AHEAD_BYTES:
                         break
                     if source.remote:
@@ -275,6 +289,10 @@ class ShardDataset(IterableDataset):
 
     def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,
                 pending: Any) -> dict[str, Any] | None:
+        if isinstance(pending, ShardReadError):  # its shard's index could not be had
+            if self.on_error == "skip":
+                return None
+            raise pending
         try:
             buf, offset = pending.result() if isinstance(pending, Future) else source.span(pending[0], start, pending[1])
             sample = decoder.decode(buf, offset, offset + size, f"shard {shard.path}", start)
@@ -289,8 +307,12 @@ class ShardDataset(IterableDataset):
             sample = self.transform(sample, sample_rng(self.seed, self.epoch, sample["__key__"]))
         return sample
 
-    def _locate(self, sample_id: int) -> tuple[Any, int, int]:
+    def _locate(self, sample_id: int, source: ShardSource) -> tuple[Any, int, int]:
+        """(shard, start, stop) of a sample: its shard's offset index comes from `source`, read when
+        the shard is first read (`ShardSource.offsets`)."""
         k = bisect.bisect_right(self._first, sample_id) - 1  # not np.searchsorted: it releases the GIL,
         # and taking it back from the read-ahead threads cost ~15 us per sample (cProfile, large samples)
         shard = self.shards[k]
-        return (shard, *shard.sample_span(sample_id - self._first[k]))
+        offsets = source.offsets(shard)  # [samples + 1]
+        i = sample_id - self._first[k]
+        return shard, offsets[i], offsets[i + 1]

@@ -1,41 +1,72 @@
-"""The manifest schema (`manifest.json`): written by export, read by the reader and by verify.
+"""The manifest schema (`manifest.json`) and the per-shard offset index (`<shard>.idx`): written by
+export, read by the reader and by verify.
 
 ```
 {
-  "format": "robowds-manifest", "format_version": 1, "tool_version": "0.1.0",
+  "format": "robowds-manifest", "format_version": 2, "tool_version": "0.1.0",
   "source": {"fingerprint": sha256, "episodes": int},
   "config": {...resolved export config...},
   "schema": {field: {"kind", "dtype", "shape", "member", "mask_member"?, "rate_hz"?, "duration_s"?,
                      "offset_s"?, "pad"?, "interpolation"?, "names"?, "units"?, "encoding"?}},
   "splits": {split: {"episodes": [...], "samples": int, "bytes": int,
-                     "shards": [{"path", "samples", "bytes", "sha256", "offsets": [int, ...]}]}},
+                     "shards": [{"path", "samples", "bytes", "sha256", "index_sha256"}]}},
   "stats": {split: {field: {"count", "mean", "std", "min", "max", "q01", "q99"}}},
   "report": {...}
 }
 ```
-`offsets[i]` is the byte offset of sample i's first tar header; sample i ends where sample i+1 starts,
-the last one at `bytes - 1024` (the end-of-archive blocks).
+Per-sample byte offsets live next to each shard, in `<path>.idx` (for `train/shard-000000.tar`:
+`train/shard-000000.tar.idx`), Megatron-Energon's tar index layout: `samples + 1` little-endian
+uint64, entry i the byte offset of sample i's first tar header, the last one the end of the last
+sample (`bytes - 1024`, where the end-of-archive blocks start); sample i is [idx[i], idx[i + 1]).
+`index_sha256` is that file's sha256: the reader reads an index only when it first reads from its
+shard, and refuses one that does not match (`decode_index`). So the manifest holds O(shards) bytes
+(~200 per shard), never O(samples): at 100M samples the inline offsets of version 1 were ~1 GB of JSON
+that every rank and worker parsed at start.
+
+Version 1 manifests (offsets inline: `"offsets": [int, ...]` per shard, `samples` entries, no
+`.idx` files) still read: `ShardInfo.offsets` holds them and `shard_index` serves them the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
 from robowds.reader.format import BLOCK, END_OF_ARCHIVE
 
 FORMAT = "robowds-manifest"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # written; 1 (inline offsets) is still read
+READ_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
+INDEX_SUFFIX = ".idx"  # `<shard>.tar.idx`, as Megatron-Energon names its tar indexes
+INDEX_DTYPE = np.dtype("<u8")
 
 
 class ManifestError(ValueError):
     """A manifest that cannot be used (wrong format, version, a missing or malformed entry, a path
     escaping its root); the message names the split, shard and key."""
+
+
+class ShardIndexError(ManifestError):
+    """A shard's offset index (`<shard>.idx`) that is missing or not the one the manifest lists; the
+    message is `problem; fix: fix`, both kept apart for the CLI's what/fix messages."""
+
+    def __init__(self, problem: str, fix: str = "") -> None:
+        super().__init__(f"{problem}; fix: {fix}" if fix else problem)
+        self.problem, self.fix = problem, fix
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled with both parts (DataLoader workers, processes)
+        return type(self), (self.problem, self.fix)
+
+
+def _index_fix(shard: "ShardInfo") -> str:
+    return f"restore {shard.index_path} from the export it came with (export writes it next to the shard), or export again"
 
 
 @dataclass(frozen=True)
@@ -44,12 +75,86 @@ class ShardInfo:
     samples: int
     bytes: int
     sha256: str
-    offsets: tuple[int, ...]
+    index_sha256: str | None = None  # version 2: sha256 of the `<path>.idx` file
+    offsets: tuple[int, ...] | None = None  # version 1: the offsets, inline in the manifest
 
-    def sample_span(self, index: int) -> tuple[int, int]:
-        """[start, stop) byte range of sample `index` in the shard."""
-        stop = self.offsets[index + 1] if index + 1 < self.samples else self.bytes - len(END_OF_ARCHIVE)
-        return self.offsets[index], stop
+    @property
+    def index_path(self) -> str:
+        """The offset index next to the shard, relative like `path` (only version 2 has one)."""
+        return self.path + INDEX_SUFFIX
+
+    @property
+    def end(self) -> int:
+        """Where the last sample ends: the start of the end-of-archive blocks."""
+        return self.bytes - len(END_OF_ARCHIVE)
+
+    def inline_index(self) -> np.ndarray | None:
+        """A version 1 shard's index from its inline offsets ([samples + 1] int64), else None."""
+        if self.offsets is None:
+            return None
+        return np.asarray([*self.offsets, self.end], dtype=np.int64)
+
+
+def encode_index(offsets: Sequence[int], end: int) -> bytes:
+    """The `<shard>.idx` bytes for samples starting at `offsets` [samples] and ending at `end`."""
+    return np.asarray([*offsets, end], dtype=INDEX_DTYPE).tobytes()
+
+
+def _index_problem(index: np.ndarray, shard: ShardInfo) -> str | None:
+    """What is wrong with an index [samples + 1] of `shard` (None: nothing): entries, first 0, strictly
+    increasing by at least one tar header, multiples of 512, the last at the end-of-archive blocks."""
+    if len(index) != shard.samples + 1:
+        return f"it holds {len(index)} entries, the shard has {shard.samples} samples (+1 for the end)"
+    if index[0] != (0 if shard.samples else shard.end):
+        return f"its first entry is {int(index[0])}, not 0 (the first sample)"
+    steps = np.diff(index)  # [samples]
+    if len(steps) and steps.min() < BLOCK:
+        i = int(np.argmax(steps < BLOCK))
+        return f"entry {i + 1} ({int(index[i + 1])}) leaves no tar header after entry {i} ({int(index[i])})"
+    unaligned = index % BLOCK != 0
+    if unaligned.any():
+        i = int(np.argmax(unaligned))
+        return f"entry {i} ({int(index[i])}) is not a multiple of {BLOCK} (tar blocks)"
+    if int(index[-1]) != shard.end:
+        return f"its last entry is {int(index[-1])}, the shard's samples end at {shard.end} ('bytes' - 1024)"
+    return None
+
+
+def decode_index(shard: ShardInfo, data: bytes) -> np.ndarray:
+    """The checked offset index of `shard` from the bytes of its `.idx` file: [samples + 1] int64.
+
+    Refuses (one `ShardIndexError` naming shard, file and fix) bytes whose sha256 is not the manifest's
+    `index_sha256`, then anything `_index_problem` finds (an index whose hash matches a damaged manifest)."""
+    where = f"shard {shard.path}: index {shard.index_path}"
+    if hashlib.sha256(data).hexdigest() != shard.index_sha256:
+        raise ShardIndexError(f"{where}: sha256 does not match the manifest's index_sha256 (changed, truncated "
+                              "or replaced since the export)", _index_fix(shard))
+    if len(data) % INDEX_DTYPE.itemsize:
+        raise ShardIndexError(f"{where}: {len(data)} bytes is not a whole number of uint64 entries",
+                              _index_fix(shard))
+    index = np.frombuffer(data, dtype=INDEX_DTYPE)  # [samples + 1] uint64
+    problem = _index_problem(index.astype(np.int64), shard) if (index < 2**63).all() else "an entry is 2**63 or more"
+    if problem:
+        raise ShardIndexError(f"{where}: {problem}", _index_fix(shard))
+    return index.astype(np.int64)
+
+
+def shard_index(shard: ShardInfo, read: Any) -> np.ndarray:
+    """The offsets of `shard` ([samples + 1] int64): inline (version 1) or `read(index_path)`'s bytes,
+    checked (version 2). `read` raises OSError (or its own error) when the file cannot be read."""
+    inline = shard.inline_index()
+    if inline is not None:
+        return inline
+    try:
+        data = read(shard.index_path)
+    except FileNotFoundError as exc:
+        raise ShardIndexError(f"shard {shard.path}: index {shard.index_path} is missing", _index_fix(shard)) from exc
+    return decode_index(shard, data)
+
+
+def read_local_index(root: str | Path, shard: ShardInfo) -> np.ndarray:
+    """`shard_index` of a shard under the local folder `root`: [samples + 1] int64."""
+    return shard_index(shard, lambda rel: (Path(root) / rel).read_bytes())
 
 
 def safe_relative(path: str) -> str:
@@ -68,8 +173,10 @@ def shards_of(manifest: dict[str, Any], split: str) -> list[ShardInfo]:
     except KeyError as exc:
         have = ", ".join(sorted(manifest.get("splits", {})))
         raise ManifestError(f"manifest has no split {split!r} (it has: {have})") from exc
-    # offsets are ints already (validated): tuple() copies the list in C, ~5 ns per sample
-    return [ShardInfo(safe_relative(e["path"]), e["samples"], e["bytes"], e["sha256"], tuple(e["offsets"]))
+    if manifest.get("format_version") == 1:  # offsets inline; ints already (validated): tuple() copies in C
+        return [ShardInfo(safe_relative(e["path"]), e["samples"], e["bytes"], e["sha256"], offsets=tuple(e["offsets"]))
+                for e in entries]
+    return [ShardInfo(safe_relative(e["path"]), e["samples"], e["bytes"], e["sha256"], e["index_sha256"])
             for e in entries]
 
 
@@ -85,7 +192,8 @@ def parse_manifest(text: str | bytes, where: str = MANIFEST_NAME) -> dict[str, A
 
 
 _SHA256_HEX = frozenset("0123456789abcdef")
-_SHARD_KEYS = {"path": str, "samples": int, "bytes": int, "sha256": str, "offsets": list}
+_SHARD_KEYS = {"path": str, "samples": int, "bytes": int, "sha256": str}
+_VERSION_KEYS = {1: {"offsets": list}, 2: {"index_sha256": str}}  # per format version, besides _SHARD_KEYS
 
 
 def _is_int(value: Any) -> bool:
@@ -113,18 +221,20 @@ def validate_manifest(doc: Any, where: str = MANIFEST_NAME) -> None:
     the split, the shard, the key and what is wrong. Checks: format and version; a `schema` object
     whose fields name their `member` (and `mask_member`); per split a `shards` list whose `samples`
     and `bytes` add up to the split's; per shard `path` (relative, inside the dataset folder, listed once),
-    `samples` >= 0, `bytes`, a sha256 hex `sha256`, and `offsets`: `samples` integers, the first 0,
-    strictly increasing, multiples of 512 (tar blocks), the last leaving room for one tar header and
-    the end-of-archive blocks before `bytes`.
+    `samples` >= 0, `bytes`, a sha256 hex `sha256`; version 2: a sha256 hex `index_sha256` (the
+    `.idx` file itself is checked when it is read: `decode_index`); version 1: `offsets`, `samples`
+    integers, the first 0, strictly increasing, multiples of 512 (tar blocks), the last leaving room
+    for one tar header and the end-of-archive blocks before `bytes`.
 
-    Cost: O(fields + shards) in Python plus one numpy pass over each shard's offsets (~0.15 s for a
-    10M-sample manifest, whose json.loads takes 1.0 s); it allocates one array per shard at a
+    Cost: O(fields + shards) in Python; for version 1 plus one numpy pass over each shard's offsets
+    (~0.15 s for a 10M-sample manifest, whose json.loads takes 1.0 s), one array per shard at a
     time, freed before the next."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ManifestError(f"{where} is not a robowds manifest")
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise ManifestError(f"{where} has format_version {doc.get('format_version')!r}; "
-                            f"this robowds reads version {FORMAT_VERSION}")
+    version = doc.get("format_version")
+    if not _is_int(version) or version not in READ_VERSIONS:
+        raise ManifestError(f"{where} has format_version {version!r}; this robowds reads versions "
+                            f"{', '.join(map(str, READ_VERSIONS))}")
     schema = _expect(doc, "schema", dict, where)
     for name, spec in schema.items():
         at = f"{where}: schema field {name!r}"
@@ -139,8 +249,8 @@ def validate_manifest(doc: Any, where: str = MANIFEST_NAME) -> None:
         shards = _expect(entry, "shards", list, at)
         total = size = 0
         for index, shard in enumerate(shards):
-            _check_shard(shard, f"{at}, shard {index}" + (f" ({shard['path']})" if isinstance(shard, dict)
-                                                           and isinstance(shard.get("path"), str) else ""))
+            _check_shard(shard, version, f"{at}, shard {index}" + (
+                f" ({shard['path']})" if isinstance(shard, dict) and isinstance(shard.get("path"), str) else ""))
             if shard["path"] in paths:
                 raise ManifestError(f"{at}, shard {index}: path {shard['path']!r} is already listed "
                                     f"(split {paths[shard['path']]!r})")
@@ -152,24 +262,31 @@ def validate_manifest(doc: Any, where: str = MANIFEST_NAME) -> None:
                 raise ManifestError(f"{at}: {key!r} is {entry[key]}, its shards hold {value}")
 
 
-def _check_shard(shard: Any, at: str) -> None:
-    for key, kind in _SHARD_KEYS.items():
+def _check_shard(shard: Any, version: int, at: str) -> None:
+    for key, kind in {**_SHARD_KEYS, **_VERSION_KEYS[version]}.items():
         _expect(shard, key, kind, at)
     try:
         safe_relative(shard["path"])
     except ManifestError as exc:
         raise ManifestError(f"{at}: {exc}") from None
-    samples, size, digest = shard["samples"], shard["bytes"], shard["sha256"]
+    samples, size = shard["samples"], shard["bytes"]
     if samples < 0:
         raise ManifestError(f"{at}: 'samples' must be >= 0, got {samples}")
-    if len(digest) != 64 or not _SHA256_HEX.issuperset(digest):
-        raise ManifestError(f"{at}: 'sha256' must be 64 lowercase hex digits, got {digest[:80]!r}")
-    offsets = shard["offsets"]
-    if len(offsets) != samples:
-        raise ManifestError(f"{at}: 'offsets' has {len(offsets)} entries, 'samples' says {samples}")
+    for key in ("sha256", "index_sha256") if version >= 2 else ("sha256",):
+        digest = shard[key]
+        if len(digest) != 64 or not _SHA256_HEX.issuperset(digest):
+            raise ManifestError(f"{at}: {key!r} must be 64 lowercase hex digits, got {digest[:80]!r}")
     if size < len(END_OF_ARCHIVE) or size % BLOCK:
         raise ManifestError(f"{at}: 'bytes' must be a multiple of {BLOCK} and >= {len(END_OF_ARCHIVE)} "
                             f"(the end-of-archive blocks), got {size}")
+    if version == 1:
+        _check_inline_offsets(shard["offsets"], samples, size, at)
+
+
+def _check_inline_offsets(offsets: list[Any], samples: int, size: int, at: str) -> None:
+    """A version 1 shard's inline `offsets`: see `validate_manifest`."""
+    if len(offsets) != samples:
+        raise ManifestError(f"{at}: 'offsets' has {len(offsets)} entries, 'samples' says {samples}")
     if not samples:
         return
     try:

@@ -7,7 +7,9 @@ sample for the new memory) this cut kernel time per pass by two thirds and read 
 faster from the page cache (scripts/bench_read.py: 5.35 vs 4.74 GB/s); from a cold disk both reached
 ~1.8 GB/s (scripts/bench_cold_read.py).
 
-Reads are by byte range from the manifest's offsets, so resuming never replays consumed data. `pipe:`
+Reads are by byte range from each shard's offset index (`<shard>.idx`, read and checked against the
+manifest's `index_sha256` when the shard is first read, then kept in a bounded cache; inline in a
+version 1 manifest), so resuming never replays consumed data. `pipe:`
 URLs (which run a shell command, as webdataset allows) are refused: random access needs ranged reads,
 which fsspec URLs give without running anything. Remote reads are retried on transient faults
 (`reader/remote.py`); one that fails for good is a `ShardReadError` naming shard, byte range and URL.
@@ -23,10 +25,11 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from robowds.reader.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+from robowds.reader.manifest import MANIFEST_NAME, ManifestError, ShardIndexError, ShardInfo, parse_manifest, shard_index
 from robowds.reader.remote import ObjectTruncated, RangeReader, RemoteReadError, RetryPolicy, s3_filesystem
 
 MAX_OPEN = 64
+INDEX_CACHE_ENTRIES = 1 << 21  # offsets kept per source (16 MB): ~2000 shards of 1000 samples
 PREFETCH_MIN = 64 * 1024  # local samples from this size on get a read-ahead hint (smaller: fault-around does it)
 
 
@@ -94,6 +97,51 @@ class ShardSource:
         self.hashed = 0  # shards hashed by this source: each at most once, whatever its verdict
         self.retry = retry or RetryPolicy()
         self._reader: RangeReader | None = None
+        self._indexes: OrderedDict[str, memoryview] = OrderedDict()  # shard path -> offsets [samples + 1]
+        self._indexed = 0  # entries in `_indexes`
+        self._bad_index: dict[str, str] = {}  # shard path -> why its index was refused (asked once)
+        self.indexes_read = 0  # index files read by this source (each shard's once while cached)
+
+    def offsets(self, shard: ShardInfo) -> memoryview:
+        """The byte offsets of `shard`'s samples and its end ([samples + 1] int64, indexable as Python
+        ints): read from `<shard>.idx` and checked the first time (`manifest.shard_index`), then from
+        a cache of at most INDEX_CACHE_ENTRIES offsets (least recently used out; always the newest).
+        A missing or refused index is a `ShardReadError` naming shard, index and fix, remembered so
+        that skipping that shard's samples does not read the index again for each one; a remote read
+        that fails after its retries is one too, not remembered (`RangeReader` tries such an object
+        once per read from then on)."""
+        cached = self._indexes.get(shard.path)
+        if cached is not None:
+            self._indexes.move_to_end(shard.path)
+            return cached
+        if shard.path in self._bad_index:
+            raise ShardReadError(self._bad_index[shard.path])
+        try:
+            index = memoryview(shard_index(shard, self._read_whole))  # [samples + 1] int64
+        except ShardIndexError as exc:
+            self._bad_index[shard.path] = str(exc)
+            raise ShardReadError(str(exc)) from exc
+        except ShardReadError as exc:  # the remote index could not be fetched
+            raise ShardReadError(f"shard {shard.path}: {exc}") from exc
+        self.indexes_read += shard.offsets is None
+        self._indexes[shard.path] = index
+        self._indexed += len(index)
+        while self._indexed > INDEX_CACHE_ENTRIES and len(self._indexes) > 1:
+            self._indexed -= len(self._indexes.popitem(last=False)[1])
+        return index
+
+    def _read_whole(self, path: str) -> bytes:
+        """All bytes of the small file `path` (an index) under the base; FileNotFoundError if absent."""
+        if not self.remote:
+            with open(self.location(path), "rb") as fh:
+                return fh.read()
+        url = self.location(path)
+        try:
+            return self._remote().read_all(url)
+        except RemoteReadError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):  # not transient, so the cause is the error itself
+                raise FileNotFoundError(url) from exc
+            raise ShardReadError(f"index {path}: {url} cannot be read: {exc}") from exc
 
     def location(self, path: str) -> str:
         return posixpath.join(self.base, path) if self.remote else os.path.join(self.base, path)

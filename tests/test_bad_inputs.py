@@ -467,7 +467,8 @@ def test_inspect_of_a_damaged_shard_is_one_error(tmp_path: Path, capsys: pytest.
     out = export_synthetic(tmp_path, 2, 0)
     shard = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"][0]
     data = bytearray((out / shard["path"]).read_bytes())
-    at = shard["offsets"][3]
+    from offsets import shard_offsets
+    at = shard_offsets(out, shard)[3]
     data[at + 100] ^= 0xFF  # inside the tar header of the sample's first member: its checksum fails
     (out / shard["path"]).write_bytes(bytes(data))
     rc, _, err = run_cli(["inspect", str(out), "--index", "3"], capsys)

@@ -14,7 +14,7 @@ from PIL import Image
 
 from robowds.reader import ShardDataset
 from robowds.reader.layout import SampleDecoder
-from robowds.reader.manifest import parse_manifest, shards_of
+from robowds.reader.manifest import parse_manifest, read_local_index, shards_of
 
 from exports import export_synthetic
 
@@ -56,14 +56,15 @@ def test_real_shards_decode_through_learned_layouts(out: Path) -> None:
     total = matched = 0
     for shard in shards_of(manifest, "train"):
         decoder = SampleDecoder()
+        offsets = read_local_index(out, shard).tolist()  # [samples + 1]
         with open(out / shard.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             for i in range(shard.samples):
-                start, stop = shard.sample_span(i)
+                start, stop = offsets[i], offsets[i + 1]
                 sample = decoder.decode(mm, start, stop, shard.path, start)
                 assert sample["joints"].shape[1] == 7
                 del sample  # arrays view the mapping, which closes at the end of the block
         total += shard.samples
         matched += decoder.matched
-        lengths = {shard.sample_span(i)[1] - shard.sample_span(i)[0] for i in range(shard.samples)}
+        lengths = {offsets[i + 1] - offsets[i] for i in range(shard.samples)}
         assert decoder.matched >= shard.samples - 2 * len(lengths)
     assert matched > 0.8 * total

@@ -21,6 +21,7 @@ from robowds.reader.manifest import ManifestError
 from robowds.reader.source import ShardReadError
 
 from exports import export_synthetic
+from offsets import shard_offsets
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def copy(exported: Path, tmp_path: Path) -> Path:
 def shard_info(out: Path, index: int = 1) -> tuple[Path, list[int], str]:
     manifest = json.loads((out / "manifest.json").read_text())
     shard = manifest["splits"]["train"]["shards"][index]
-    return out / shard["path"], shard["offsets"], shard["path"]
+    return out / shard["path"], shard_offsets(out, shard), shard["path"]
 
 
 def read_all(out: Path, **kwargs: object) -> list[str]:
@@ -194,12 +195,12 @@ def test_large_samples_with_read_ahead_hints_and_a_truncated_shard(tmp_path: Pat
     shard = manifest["splits"]["train"]["shards"][0]
     data = (out / shard["path"]).read_bytes()
     direct = {k: decode_npy(m["imu.npy"]) for k, _, m in group_samples(iter_members(data))}
-    assert min(np.diff(shard["offsets"])) >= PREFETCH_MIN  # every sample gets a read-ahead hint
+    assert min(np.diff(shard_offsets(out, shard))) >= PREFETCH_MIN  # every sample gets a read-ahead hint
     read = {s["__key__"]: s["imu"] for s in ShardDataset(out, "train", shuffle=False)}
     assert read.keys() == direct.keys()
     for key, imu in read.items():
         np.testing.assert_array_equal(imu, direct[key])
-    cut = shard["offsets"][2] + 5000
+    cut = shard_offsets(out, shard)[2] + 5000
     (out / shard["path"]).write_bytes(data[:cut])
     with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated"):
         list(ShardDataset(out, "train", shuffle=False))

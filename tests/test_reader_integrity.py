@@ -23,6 +23,7 @@ from robowds.reader.members import MemberSet
 from robowds.reader.source import ShardReadError, ShardSource
 
 from exports import export_synthetic
+from offsets import rewrite_index, shard_offsets
 
 Members = dict[str, bytes]
 
@@ -43,7 +44,7 @@ def copy(exported: Path, tmp_path: Path) -> Path:
 def rewrite_sample(out: Path, shard_index: int, sample_index: int,
                    change: Callable[[Members], Members]) -> tuple[str, str, int]:
     """Re-encode one sample of a shard with `change` applied to its members and rewrite the shard and
-    its manifest entry (offsets, bytes, sha256, the split's bytes) to match: the manifest is consistent, the sample is not.
+    its index and manifest entry (offsets, bytes, sha256s, the split's bytes) to match: the manifest is consistent, the sample is not.
     Returns (shard path, key, byte offset of the sample)."""
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["splits"]["train"]["shards"][shard_index]
@@ -56,7 +57,8 @@ def rewrite_sample(out: Path, shard_index: int, sample_index: int,
     shard = b"".join(blobs) + END_OF_ARCHIVE
     (out / entry["path"]).write_bytes(shard)
     manifest["splits"]["train"]["bytes"] += len(shard) - entry["bytes"]
-    entry.update(offsets=offsets, bytes=len(shard), sha256=hashlib.sha256(shard).hexdigest())
+    entry.update(bytes=len(shard), sha256=hashlib.sha256(shard).hexdigest())
+    rewrite_index(out, entry, offsets)
     (out / "manifest.json").write_text(json.dumps(manifest))
     return entry["path"], key, offsets[sample_index]
 
@@ -94,9 +96,11 @@ def test_manifest_bytes_smaller_than_the_shard_is_caught(copy: Path) -> None:
     entry = manifest["splits"]["train"]["shards"][0]
     entry["bytes"] -= 1024
     manifest["splits"]["train"]["bytes"] -= 1024  # the manifest agrees with itself, not with the file
+    offsets = shard_offsets(copy, entry)
+    rewrite_index(copy, entry, offsets)  # ... and with its index, whose end moves with `bytes`
     (copy / "manifest.json").write_text(json.dumps(manifest))
     key = list(group_samples(iter_members((copy / entry["path"]).read_bytes())))[-1][0]
-    with pytest.raises(ShardReadError, match=rf"^shard {entry['path']}: byte {entry['offsets'][-1]}: sample '{key}': "
+    with pytest.raises(ShardReadError, match=rf"^shard {entry['path']}: byte {offsets[-1]}: sample '{key}': "
                                              r"members do not match the manifest schema: missing \['task.txt'\]$"):
         keys_of(copy)
 
@@ -119,7 +123,7 @@ def test_verify_hashes_a_corrupt_shard_once(copy: Path, exported: Path, monkeypa
     shards = manifest["splits"]["train"]["shards"]
     path = copy / shards[1]["path"]
     data = bytearray(path.read_bytes())
-    data[shards[1]["offsets"][2] + 512 + 200] ^= 0x01  # inside a payload: still a valid tar
+    data[shard_offsets(copy, shards[1])[2] + 512 + 200] ^= 0x01  # inside a payload: still a valid tar
     path.write_bytes(bytes(data))
     bad_keys = {k for k, _, _ in group_samples(iter_members(bytes(data)))}
     reference = [k for b in ShardLoader(ShardDataset(exported, "train", seed=1), batch_size=4) for k in b["__key__"]]

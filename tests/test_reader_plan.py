@@ -1,16 +1,21 @@
 """Planner properties (hypothesis): a permutation per epoch, bounded displacement, exact balance,
-exactly-once under elastic re-plans, worker dealing; and shuffle quality on a real export."""
+exactly-once under elastic re-plans, worker dealing, equality with the materialised reference the
+plan replaced; the keyed Feistel permutation; memory at 100M samples; and shuffle quality on a real
+export."""
 
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robowds.reader.plan import PlanSpec, Topology, epoch_order, rank_sequence, split_ranks, worker_positions
+from robowds.reader.feistel import derive_keys, permute
+from robowds.reader.plan import (PlanSpec, RankPlan, Topology, epoch_order, rank_sequence, split_ranks, worker_chunks,
+                                 worker_count, worker_positions)
 
 counts_st = st.lists(st.integers(0, 60), min_size=1, max_size=12)
 
@@ -92,10 +97,27 @@ def test_worker_dealing_partitions_the_rest(length: int, start: int, batch: int,
 
 
 def test_plan_of_10m_samples() -> None:
-    """Size check only (tests are not timed): 4-6 s here for 10M samples: docs/benchmarks.md, printed by scripts/bench_read.py."""
+    """Size check only (tests are not timed): one rank's whole sequence of a 10M-sample epoch."""
     counts = tuple([10_000] * 1000)
     seq = rank_sequence(PlanSpec(counts, 0, True, 4096, "pad"), 3, 8, 5)
     assert len(seq) == 1_250_000 and len(np.unique(seq)) == 1_250_000
+
+
+def test_plan_of_100m_samples_stays_small() -> None:
+    """100k shards x 1000 samples, world 8, 8 workers: planning, an elastic re-plan and the first
+    batch after a resume at 99% allocate O(shards + chunk), never O(samples) (800 MB for one [N]
+    int64 array). Memory only: scripts/bench_plan.py times it (docs/benchmarks.md)."""
+    counts = tuple([1000] * 100_000)
+    tracemalloc.start()
+    try:
+        plan = RankPlan(PlanSpec(counts, 0, True, 4096, "pad", (Topology(8, 6_000_000),)), 2, 6, 5)
+        first = next(plan.worker_ids(plan.length, int(plan.length * 0.99), 32, 8, 7))[:32]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert plan.length == -(-(100_000_000 - 8 * 6_000_000) // 6)
+    assert len(first) == 32 and len(set(first.tolist())) == 32
+    assert peak < 50e6, f"{peak / 1e6:.1f} MB"
 
 
 def test_split_ranks_pads_with_the_first_samples() -> None:
@@ -120,3 +142,107 @@ def test_shuffle_quality_same_episode_pairs(tmp_path: Path) -> None:
     same = [np.mean([a == b for i, a in enumerate(batch) for b in batch[i + 1:]]) for batch in episodes if len(batch) > 1]
     assert manifest["splits"]["train"]["samples"] == sum(sizes)
     assert abs(float(np.mean(same)) - iid) < 0.5 * iid, (np.mean(same), iid)
+
+
+# --- the plan against the materialised reference it replaced (the set-based elastic re-plan) ---
+
+def reference_remaining(order: np.ndarray, previous: Topology, policy: str) -> np.ndarray:
+    """The previous implementation: the ids an earlier topology read, removed from the order by value."""
+    ranks = split_ranks(order, previous.world_size, policy)
+    consumed = ranks[:, : previous.consumed].ravel()
+    return order[~np.isin(order, consumed)]
+
+
+history_st = st.lists(st.tuples(st.integers(1, 9), st.integers(0, 40)), max_size=3)
+
+
+@given(counts_st, st.integers(0, 2**32 - 1), st.integers(0, 3), st.integers(1, 40), st.sampled_from(["pad", "drop"]),
+       history_st, st.integers(1, 9))
+@settings(max_examples=300, deadline=None)
+def test_rank_sequences_equal_the_materialised_reference(counts: list[int], seed: int, epoch: int, block: int,
+                                                         policy: str, history: list[tuple[int, int]],
+                                                         world: int) -> None:
+    """Per-position ids = the old algorithm applied to the same epoch order: history removed by value,
+    then split into contiguous equal parts. So every guarantee the old plan had holds: a permutation,
+    equal counts, pad/drop, elastic exactly-once (the consumed positions are computed as ranges)."""
+    topologies = tuple(Topology(w, c) for w, c in history)
+    order = epoch_order(counts, seed, epoch, True, block)
+    assert sorted(order.tolist()) == list(range(sum(counts)))
+    remaining = order
+    for previous in topologies:
+        remaining = reference_remaining(remaining, previous, policy)
+    expected = split_ranks(remaining, world, policy)
+    spec = PlanSpec(tuple(counts), seed, True, block, policy, topologies)
+    for rank in range(world):
+        assert rank_sequence(spec, epoch, world, rank).tolist() == expected[rank].tolist()
+
+
+@given(counts_st, st.integers(0, 2**32 - 1), st.sampled_from(["pad", "drop"]), history_st, st.integers(1, 9),
+       st.data())
+@settings(max_examples=200, deadline=None)
+def test_elastic_resume_delivers_every_sample_once(counts: list[int], seed: int, policy: str,
+                                                   history: list[tuple[int, int]], world: int, data: st.DataObject) -> None:
+    """Ranks read their heads under each topology of a random history, then the last topology reads
+    to the end: no sample twice beyond `pad`'s repeats, none lost beyond `drop`'s tail, ranks disjoint."""
+    n = sum(counts)
+    read: list[int] = []
+    topologies: tuple[Topology, ...] = ()
+    for w, c in [*history, (world, None)]:
+        spec = PlanSpec(tuple(counts), seed, True, 8, policy, topologies)
+        seqs = [rank_sequence(spec, 0, w, r) for r in range(w)]
+        assert len({len(s) for s in seqs}) == 1  # every rank the same count
+        remaining = n - len(set(read))
+        assert len(seqs[0]) == (remaining // w if policy == "drop" else -(-remaining // w))
+        taken = len(seqs[0]) if c is None else min(c, len(seqs[0]))
+        heads = [s[:taken].tolist() for s in seqs]
+        if policy == "drop" or remaining >= w * len(seqs[0]):  # no padding: ranks are disjoint
+            flat = [i for h in heads for i in h]
+            assert len(flat) == len(set(flat))
+        assert not set(i for h in heads for i in h) - set(range(n))
+        assert not set(i for h in heads for i in h) & set(read)  # nothing an earlier topology read
+        read += [i for h in heads for i in h if i not in read]
+        topologies += ((Topology(w, taken),) if c is not None else ())
+    if policy == "pad":
+        assert sorted(set(read)) == list(range(n))  # everything read, each new sample once
+    else:
+        assert len(read) == len(set(read)) and n - len(read) < world  # only the final split drops (< world)
+
+
+@given(st.integers(0, 300), st.integers(0, 60), st.integers(1, 9), st.integers(1, 4), st.integers(0, 80),
+       st.integers(1, 50))
+@settings(max_examples=300, deadline=None)
+def test_worker_chunks_resume_anywhere(length: int, start: int, batch: int, workers: int, skip: int, chunk: int) -> None:
+    """Chunks after `skip` positions are the rest of the materialised share; `worker_count` its size."""
+    start = min(start, length)
+    for worker in range(workers):
+        share = worker_positions(length, start, batch, workers, worker)
+        assert worker_count(length, start, batch, workers, worker) == len(share)
+        got = list(worker_chunks(length, start, batch, workers, worker, min(skip, len(share)), chunk))
+        assert all(len(c) for c in got)
+        flat = np.concatenate(got) if got else np.zeros(0, np.int64)
+        assert flat.tolist() == share[min(skip, len(share)):].tolist()
+
+
+# --- the keyed permutation ---
+
+@given(st.integers(1, 5000), st.integers(0, 2**63 - 1), st.integers(0, 2**40))
+@settings(max_examples=100, deadline=None)
+def test_feistel_is_a_permutation_for_any_size(size: int, base: int, label: int) -> None:
+    keys = derive_keys(base, np.full(size, label))
+    out = permute(np.arange(size), size, keys)
+    assert out.dtype == np.int64 and sorted(out.tolist()) == list(range(size))
+
+
+def test_feistel_positions_are_uniform_and_keys_matter() -> None:
+    """Over 20k keys, where index j lands is uniform (chi-square over the 100 x 100 table of j -> pi(j),
+    z-score of the statistic < 4; a uniform shuffle gives |z| ~ 1), and no two keys out of 200 give
+    the same permutation of 100 (a uniform shuffle: 100! possibilities)."""
+    size, trials = 100, 20_000
+    index = np.tile(np.arange(size), trials)  # [T * size]
+    out = permute(index, size, derive_keys(9, np.repeat(np.arange(trials), size))).reshape(trials, size)
+    table = np.stack([np.bincount(out[:, j], minlength=size) for j in range(size)])  # [size, size]
+    expected = trials / size
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    dof = (size - 1) ** 2
+    assert abs(chi2 - dof) / np.sqrt(2 * dof) < 4, chi2
+    assert len({tuple(row) for row in out[:200].tolist()}) == 200

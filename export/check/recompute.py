@@ -20,7 +20,7 @@ from robowds.export.job.spec import resolve
 from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.store.schema import fingerprint
 from robowds.reader.format import read_sample
-from robowds.reader.manifest import shards_of
+from robowds.reader.manifest import read_local_index, shards_of
 
 
 def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +54,8 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
         for flat in sorted(chosen.tolist()):
             i = int(np.searchsorted(bounds, flat, side="right") - 1)
             shard = shards[i]
-            start, stop = shard.sample_span(flat - int(bounds[i]))
+            offsets = read_local_index(out, shard)  # [samples + 1]; verify checked it before
+            start, stop = int(offsets[flat - int(bounds[i])]), int(offsets[flat - int(bounds[i]) + 1])
             with open(out / shard.path, "rb") as fh:
                 fh.seek(start)
                 blob = fh.read(stop - start)

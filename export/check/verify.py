@@ -1,8 +1,10 @@
 """`robowds verify OUT [--store STORE]`: prove the shards are what the manifest says they are.
 
-Checks every shard's size and sha256, parses every tar member, compares sample keys, counts and byte
-offsets with the manifest, decodes every member against the field schema; with `--store`, recomputes
-a seeded random subset of windows from the source with the export's own code and compares bytes.
+Checks every shard's size and sha256, its offset index (`<shard>.idx`: present, sha256 as the
+manifest lists it, well-formed; inline offsets in a version 1 manifest), parses every tar member,
+compares sample keys, counts and byte offsets with the index, decodes every member against the field
+schema; with `--store`, recomputes a seeded random subset of windows from the source with the
+export's own code and compares bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tqdm import tqdm
 from robowds.export.check.result import VerifyResult
 from robowds.export.job.publish import load_finished_manifest
 from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
-from robowds.reader.manifest import ShardInfo, shards_of
+from robowds.reader.manifest import ShardIndexError, ShardInfo, read_local_index, shards_of
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
 
@@ -124,14 +126,20 @@ def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any
     if hashlib.sha256(data).hexdigest() != shard.sha256:
         result.failures.append(f"{where}: sha256 does not match the manifest")
     try:
+        index: list[int] | None = read_local_index(root, shard).tolist()  # [samples + 1]
+    except ShardIndexError as exc:  # missing, or not the file the manifest lists
+        result.failures.append(str(exc))
+        index = None
+    said = "manifest" if shard.offsets is not None else f"index {shard.index_path}"
+    try:
         samples = list(group_samples(iter_members(data, where), where))
         offsets = [off for _, off, _ in samples]
         if len(samples) != shard.samples:
             result.failures.append(f"{where}: {len(samples)} samples, manifest says {shard.samples}")
-        elif tuple(offsets) != shard.offsets:
-            bad = next(i for i, (a, b) in enumerate(zip(offsets, shard.offsets)) if a != b)
+        elif index is not None and offsets != index[:-1]:
+            bad = next(i for i, (a, b) in enumerate(zip(offsets, index)) if a != b)
             result.failures.append(f"{where}: sample {bad} ({samples[bad][0]}) at byte {offsets[bad]}, "
-                                   f"manifest says {shard.offsets[bad]}")
+                                   f"{said} says {index[bad]}")
         for key, offset, members in samples:
             if key in keys:
                 result.failures.append(f"{where}: key {key} at byte {offset} is not unique in the dataset")

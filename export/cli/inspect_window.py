@@ -15,7 +15,7 @@ from robowds.export.errors import UserError
 from robowds.export.job.publish import load_finished_manifest
 from robowds.reader.decode import decode_sample
 from robowds.reader.format import read_sample
-from robowds.reader.manifest import ManifestError, shards_of
+from robowds.reader.manifest import ManifestError, ShardIndexError, read_local_index, shards_of
 
 
 def load_window(out: Path, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -32,8 +32,12 @@ def load_window(out: Path, split: str, key: str | None, index: int | None) -> tu
             seen += shard.samples
             continue
         data = (Path(out) / shard.path).read_bytes()
+        try:
+            offsets = read_local_index(out, shard).tolist()  # [samples + 1]
+        except ShardIndexError as exc:  # missing, or not the one the manifest lists
+            raise UserError(exc.problem, hint=exc.fix) from exc
         for i in range(shard.samples):
-            start, stop = shard.sample_span(i)
+            start, stop = offsets[i], offsets[i + 1]
             if index is not None and seen + i != index:
                 continue
             try:

@@ -9,8 +9,11 @@ replace or remove; whether a file we did not write is in the way), writes that d
 is already done, so a run killed at any moment is finished by the next run into the same folder and
 ends byte-identical to an uninterrupted one.
 
-What robowds owns in OUT: the files its manifest lists (shards), `manifest.json`, `<split>.wids.json`
-of the manifest's splits, and the work folder. Nothing else is ever replaced or deleted.
+What robowds owns in OUT: the files its manifest lists (shards and, from manifest version 2, their
+offset indexes `<shard>.idx`), `manifest.json`, `<split>.wids.json` of the manifest's splits, and the
+work folder. Nothing else is ever replaced or deleted, with one exception: `<shard>.idx` next to a
+shard of the export being replaced is replaced by the new index (`energon prepare` writes such indexes
+for version 1 exports; an index describes a shard that is being replaced, so it would be stale).
 """
 
 from __future__ import annotations
@@ -64,15 +67,25 @@ def load_finished_manifest(out: Path) -> dict[str, Any]:
 
 
 def owned_files(manifest: dict[str, Any]) -> list[str]:
-    """The files (POSIX paths relative to OUT) a finished export wrote: manifest, wids indexes, shards.
+    """The files (POSIX paths relative to OUT) a finished export wrote: manifest, wids indexes, shards
+    and their offset indexes (version 2; every shard's index right after it).
 
-    Scales with the number of shards (one string each), never with samples.
+    Scales with the number of shards (one or two strings each), never with samples.
     """
     files = [MANIFEST_NAME]
     for split in sorted(manifest.get("splits", {})):
         files.append(safe_relative(f"{split}.wids.json"))
-        files.extend(shard.path for shard in shards_of(manifest, split))
+        for shard in shards_of(manifest, split):
+            files.append(shard.path)
+            if shard.index_sha256 is not None:
+                files.append(shard.index_path)
     return files
+
+
+def shard_indexes(manifest: dict[str, Any]) -> set[str]:
+    """`<shard>.idx` of every shard the manifest lists, whether it wrote them (version 2) or not
+    (version 1: an `energon prepare` may have): replaceable, since they index shards being replaced."""
+    return {shard.index_path for split in manifest.get("splits", {}) for shard in shards_of(manifest, split)}
 
 
 def wids_index(split: str, entry: dict[str, Any]) -> bytes:
@@ -125,7 +138,8 @@ def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
         fsync_write(ready / MANIFEST_NAME, dump_manifest(manifest))
     new = owned_files(manifest)
     old = read_manifest(out)
-    replaceable = set(owned_files(old)) if old is not None else set()
+    owned = set(owned_files(old)) if old is not None else set()  # removed where the new export lacks them
+    replaceable = owned | (shard_indexes(old) if old is not None else set())
     blocked = [rel for rel in new if _in_the_way(out, rel, rel in replaceable)]
     if blocked:
         shown = ", ".join(blocked[:5]) + (f" and {len(blocked) - 5} more" if len(blocked) > 5 else "")
@@ -133,7 +147,7 @@ def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
                         f"manifest lists them: {shown}",
                         hint=f"robowds never replaces files it did not write: move them out of {out} and re-run "
                              f"the same command (the finished shards wait in {work})")
-    journal = {"place": [rel for rel in new if rel != MANIFEST_NAME], "remove": sorted(replaceable - set(new))}
+    journal = {"place": [rel for rel in new if rel != MANIFEST_NAME], "remove": sorted(owned - set(new))}
     with _as_user_error(out):
         fsync_write(work / JOURNAL, json.dumps(journal).encode())  # the commit point
     finish_publish(out, work)

@@ -1,8 +1,10 @@
 """The reduce step: order each split's staged windows, cut them into shards, and write each shard.
 
 A shard's bytes are written here (`write_shard`): the samples copied in order from the staging files
-into `work/ready/<split>/shard-NNNNNN.tar`, sha256 taken on the way. `plan_shards` is pure given the
-staged sizes; its arrays are O(windows of one split) int64, never the samples themselves.
+into `work/ready/<split>/shard-NNNNNN.tar`, sha256 taken on the way, and next to it its offset index
+`shard-NNNNNN.tar.idx` (`reader/manifest.py`: Energon's layout, uint64 per sample + the end), whose
+sha256 the manifest lists. `plan_shards` is pure given the staged sizes; its arrays are O(windows of
+one split) int64, never the samples themselves.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from robowds.export.job.fsio import fsync_write
 from robowds.export.job.publish import READY
 from robowds.export.job.stage import episode_paths
 from robowds.reader.format import END_OF_ARCHIVE
+from robowds.reader.manifest import INDEX_SUFFIX, encode_index
 
 
 @dataclass(frozen=True)
@@ -38,13 +41,15 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
     """Reduce task: copy the shard's samples from staging, in order, into its tar in `work/ready/`.
 
     Not into OUT: a shard of the same name in the export being replaced stays intact until publish.
+    The index is renamed into `ready/` before the shard, so a shard there always has its index.
     """
     work = Path(task.work)
     final = work / READY / task.path
+    index = work / READY / (task.path + INDEX_SUFFIX)
     rec_path = work / "shards" / (task.path.replace("/", "__") + ".json")
-    if final.exists() and rec_path.exists():
+    if final.exists() and index.exists() and rec_path.exists():
         record = json.loads(rec_path.read_text())
-        if final.stat().st_size == record["bytes"]:
+        if final.stat().st_size == record["bytes"] and "index_sha256" in record:
             return record
     digest, offsets, pos = hashlib.sha256(), [], 0
     tmp = work / "tmp" / f"{task.path.replace('/', '__')}.tmp-{os.getpid()}"
@@ -68,10 +73,12 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
     finally:
         for fd in handles.values():
             os.close(fd)
+    index_bytes = encode_index(offsets, pos)  # [samples + 1]: the last entry is where the samples end
     record = {"path": task.path, "samples": len(offsets), "bytes": pos + len(END_OF_ARCHIVE),
-              "sha256": digest.hexdigest(), "offsets": offsets}
+              "sha256": digest.hexdigest(), "index_sha256": hashlib.sha256(index_bytes).hexdigest()}
     fsync_write(rec_path, json.dumps(record).encode())
     final.parent.mkdir(parents=True, exist_ok=True)
+    fsync_write(index, index_bytes)
     os.replace(tmp, final)
     return record
 
