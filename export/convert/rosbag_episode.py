@@ -111,8 +111,8 @@ class TopicRows:
     def __init__(self, plan: TopicPlan, folder: Path, episode: str) -> None:
         self.plan, self.recv, self.header = plan, [], ([] if plan.time == "header" else None)
         self.fields = [FieldRows(s) for s in plan.streams if s.kind == "timeseries"]
-        self.spools = [(s, FrameSpool(folder / f".spool-{s.field}", plan.topic)) for s in plan.streams
-                       if s.kind == "video"]
+        self.spools = [(s, FrameSpool(folder / f".spool-{_safe(episode)}-{s.field}", plan.topic)) for s in plan.streams
+                       if s.kind == "video"]  # one file per episode and field: workers share the folder
 
     def add(self, receive_ns: int, msg: Any) -> None:  # noqa: ANN401
         self.recv.append(receive_ns)
@@ -125,14 +125,14 @@ class TopicRows:
             spool.add(msg)
 
     def times(self) -> tuple[np.ndarray, list[str]]:
-        """[T] float64 seconds in message order, and notes."""
+        """[T] int64 ns in message order, and notes."""
         recv = np.array(self.recv, np.int64)
         if self.header is None:
-            return seconds(recv), []
+            return recv, []
         header = np.array(self.header, np.int64)
         if len(header) and not header.any():
-            return seconds(recv), [f"{self.plan.topic}: every header stamp is zero; receive times used"]
-        return seconds(header), []
+            return recv, [f"{self.plan.topic}: every header stamp is zero; receive times used"]
+        return header, []
 
 
 def _safe(name: str) -> str:
@@ -167,10 +167,11 @@ def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
             row.update({s.field: None for s in tp.streams})
             notes.append(f"episode {ep}: topic {tp.topic} has no message; its fields are empty")
             continue
-        t, topic_notes = rows.times()  # [T] in message order
-        order = np.argsort(t, kind="stable")
-        if np.any(np.diff(t) < 0):
-            topic_notes.append(f"{tp.topic}: {int(np.sum(np.diff(t) < 0))} messages out of time order, sorted")
+        ns, topic_notes = rows.times()  # [T] in message order
+        t = seconds(ns)  # [T] float64
+        order = np.argsort(ns, kind="stable")
+        if np.any(np.diff(ns) < 0):
+            topic_notes.append(f"{tp.topic}: {int(np.sum(np.diff(ns) < 0))} messages out of time order, sorted")
         for f in rows.fields:
             try:
                 values = f.values()  # [T, N]
@@ -180,7 +181,7 @@ def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
             row[f.stream.field] = {"t": t[order], "v": values[order]}
         for stream, spool in rows.spools:
             rel = Path("media") / stream.field / f"{_safe(ep)}.mkv"
-            offset, fps, video_notes = spool.write_video(t, folder / rel)
+            offset, fps, video_notes = spool.write_video(ns, folder / rel)
             row[stream.field] = {"path": rel.as_posix(), "fps": fps, "start_s": None, "end_s": None,
                                  "clock_offset_s": offset}
             topic_notes.extend(video_notes)

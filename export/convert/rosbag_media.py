@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from robowds.export.convert.rosbag_mapping import seconds
 from robowds.export.media.encode import encode_frames, mux_jpegs
 
 SOF_MARKERS = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # JPEG start-of-frame markers (not DHT, JPG, DAC)
@@ -108,22 +109,23 @@ class FrameSpool:
         else:
             self.file.write(np.ascontiguousarray(rgb).tobytes())
 
-    def write_video(self, times: np.ndarray, out: Path) -> tuple[float, float, list[str]]:
-        """Encode the spooled frames at `times` ([F] float64 s, one per frame in message order) into
+    def write_video(self, times_ns: np.ndarray, out: Path) -> tuple[float, float, list[str]]:
+        """Encode the spooled frames at `times_ns` ([F] int64 ns, one per frame in message order) into
         `out`: (clock_offset_s, fps, notes). Frames are put in time order; frames within one
         millisecond of the previous one (Matroska's time base) are dropped and noted."""
         self.file.close()
+        times = np.asarray(times_ns, np.int64)
         order = np.argsort(times, kind="stable")  # [F]
-        t = times[order]
-        ms = np.rint((t - t[0]) * 1000.0)
+        ms = np.rint((times[order] - times[order[0]]) / 1e6)
         keep = np.concatenate([[True], np.diff(ms) > 0])
-        frames, t = order[keep], t[keep]  # [F'] message indices in time order, their times
+        frames = order[keep]  # [F'] message indices in time order
+        t = seconds(times[frames])  # [F'] float64 s
         notes = []
         if not np.array_equal(order, np.arange(len(order))):
             notes.append(f"{self.topic}: frames put in time order")
         if not keep.all():
             notes.append(f"{self.topic}: {int((~keep).sum())} frames within 1 ms of the previous one dropped")
-        fps = 1.0 / float(np.median(np.diff(t))) if len(t) > 1 else 1.0
+        fps = 1e9 / float(np.median(np.diff(times[frames]))) if len(frames) > 1 else 1.0
         out.parent.mkdir(parents=True, exist_ok=True)
         width, height = self.size or (0, 0)
         if self.jpeg:
