@@ -188,6 +188,19 @@ def test_the_docs_mapping_converts_the_custom_layout(files: dict[str, Path], tmp
                 assert sample["task.txt"] == g.attrs["instruction"].encode()
 
 
+def test_a_mapping_reads_padded_jpeg_rows_without_compress_len(files: dict[str, Path], tmp_path: Path) -> None:
+    """The ALOHA JPEG files through a mapping: each file one episode (episodes: /), `kind: video` on the padded
+    rows, which are then cut after their last end-of-image marker: the same JPEG files, byte for byte."""
+    mapping = tmp_path / "rows.yaml"
+    mapping.write_text("rate_hz: 50\nfields:\n  qpos: observations/qpos\n"
+                       "  cam_high: {path: observations/images/cam_high, kind: video}\n")
+    store = _convert(files["aloha_jpeg"], tmp_path / "store", "--mapping", str(mapping))
+    report = json.loads((store / "convert_report.json").read_text())
+    assert (report["episodes"], report["rate_hz"], report["fields"]["cam_high"]["kind"]) == (2, 50.0, "video")
+    for path in sorted(files["aloha_jpeg"].glob("*.hdf5")):
+        assert _packets(store / "media" / "cam_high" / f"{path.stem}.mkv") == _aloha_jpegs(path, "cam_high")
+
+
 def _store_bytes(store: Path) -> dict[str, bytes]:
     return {p.relative_to(store).as_posix(): p.read_bytes() for p in sorted(store.rglob("*"))
             if p.is_file() and p.name != "convert_report.json"}
