@@ -86,7 +86,7 @@ def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, worke
             for task, row in tqdm(zip(conv.tasks, results), total=len(conv.tasks), desc="convert", unit="ep",
                                   disable=not progress):
                 if isinstance(row, UserError):
-                    skipped.append({"episode": conv.describe(task), "reason": str(row)})
+                    skipped.append({"episode": conv.describe(task), "reason": row.message})  # the fix is the skip
                     continue
                 notes.extend(row.pop("_notes", ()))
                 table = arrow_table([row], conv.specs)
