@@ -332,7 +332,7 @@ def test_is_first_and_is_last_cut_the_episode_when_set(tmp_path: Path, capsys: p
     assert convert(src, tmp_path / "store", "--skip-bad") == 0
     report = json.loads((tmp_path / "store" / "convert_report.json").read_text())
     assert report["notes"] == [f"train_00000_000000 ({SHARD}, record 0): steps 0-6 of 10 kept "
-                               "(outside is_first..is_last)"]
+                               "(the others are outside is_first..is_last)"]
     row = pq.read_table(tmp_path / "store" / "episodes.parquet").to_pylist()[0]
     assert row["action"]["t"] == [k / 5 for k in range(7)]
     assert np.array_equal(np.array(row["action"]["v"], np.float32),
@@ -395,6 +395,7 @@ def test_split_all_converts_every_split_with_distinct_ids(tmp_path: Path) -> Non
     ("camera_missing", "feature 'steps/observation/image_1' of features.json is not in the record"),
     ("state_cut", "feature 'steps/observation/state' has 69 values, not a multiple of 10 steps"),
     ("not_an_example", "not a tf.train.Example"),
+    ("one_step", "the episode has 1 step(s); a time series needs at least 2"),
 ])
 def test_a_record_that_does_not_match_features_json_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                              damage: str, message: str) -> None:
@@ -408,6 +409,10 @@ def test_a_record_that_does_not_match_features_json_is_named(tmp_path: Path, cap
         del features["steps/observation/image_1"]
     elif damage == "state_cut":
         del features["steps/observation/state"].float_list.value[-1]
+    elif damage == "one_step":
+        for key in [k for k in features if k.startswith("steps/")]:
+            values = getattr(features[key], features[key].WhichOneof("kind")).value
+            del values[len(values) // STEPS:]
     payload = example.SerializeToString() if damage != "not_an_example" else b"\xff" * 40
     src = copy_dataset(tmp_path, records=[payload])
     err = convert_fails(capsys, src, tmp_path / "store")

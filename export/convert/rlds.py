@@ -155,7 +155,10 @@ def plan_rlds(src: Path, fps: float | None = None, split: str = "train", exclude
     for split_name, paths in files.items():
         found = 0
         for number, path in enumerate(paths):
-            refs, problem = scan_records(path)
+            try:
+                refs, problem = scan_records(path)
+            except OSError as exc:
+                raise UserError(f"cannot read {path}: {exc}", hint="check the file's permissions") from exc
             found += len(refs)
             rel = path.relative_to(root).as_posix()
             tasks += [RecordTask(path, rel, r.index, f"{split_name}_{number:05d}_{r.index:06d}", r, None, kept,
@@ -171,17 +174,22 @@ def plan_rlds(src: Path, fps: float | None = None, split: str = "train", exclude
     specs = [FieldSpec(f.field, f.kind, f.dtype, source=f.key) for f in kept]
     return Conversion("rlds", root, specs, tasks, convert_record, lambda t: f"record {t.index} of {t.name}",
                       report={"dataset": info.get("name", root.parent.name), "version": root.name,
-                                              "splits": sorted(files), "fps": rate, "fps_source": rate_source,
-                                              "image_codec": image_codec, "excluded": sorted(exclude),
-                                              "whole_records": whole_records, "dataset_notes": notes})
+                              "splits": sorted(files), "fps": rate, "fps_source": rate_source,
+                              "image_codec": image_codec, "excluded": sorted(exclude),
+                              "whole_records": whole_records, "dataset_notes": notes})
 
 
 def _shard_length_notes(info: dict[str, Any], split: str, files: int, found: int) -> list[str]:
     """dataset_info.json's record count of a split against the records found (a partial download)."""
-    listed = next((s for s in info.get("splits", []) if s.get("name") == split), None)
-    if not listed or "shardLengths" not in listed:
+    splits = info.get("splits")
+    listed = next((s for s in splits if isinstance(s, dict) and s.get("name") == split), None) \
+        if isinstance(splits, list) else None
+    if not listed or not isinstance(listed.get("shardLengths"), list):
         return []
-    expected = sum(int(n) for n in listed["shardLengths"])
+    try:
+        expected = sum(int(n) for n in listed["shardLengths"])
+    except (TypeError, ValueError):
+        return [f"split {split}: dataset_info.json's shardLengths are not numbers: {listed['shardLengths']!r}"]
     if (expected, len(listed["shardLengths"])) == (found, files):
         return []
     return [f"split {split}: dataset_info.json lists {expected} records in {len(listed['shardLengths'])} files; "
@@ -241,10 +249,10 @@ def _episode_steps(raw: dict[str, Any], steps: int, task: RecordTask, where: str
         raise UserError(f"{where}: is_first/is_last mark {len(spans)} episodes in one record (steps "
                         + ", ".join(f"{a}-{b - 1}" for a, b in spans[:4]) + ")",
                         hint="convert each record whole with --whole-records, or pass --skip-bad")
-    lo, hi = spans[0]
+    lo, hi = spans[0] if spans else (0, steps)  # no span: a record of no steps
     notes = [] if (lo, hi) == (0, steps) else [
-        f"{task.episode_id} ({task.name}, record {task.index}): steps {lo}-{hi - 1} of "
-        f"{steps} kept (outside is_first..is_last)"]
+        f"{task.episode_id} ({task.name}, record {task.index}): steps {lo}-{hi - 1} of {steps} kept "
+        "(the others are outside is_first..is_last)"]
     return lo, hi, notes
 
 

@@ -92,11 +92,14 @@ def scan_records(path: Path) -> tuple[list[RecordRef], str | None]:
 
 def read_record(path: Path, ref: RecordRef) -> bytes:
     """The payload of one record, both CRCs checked; a mismatch is a UserError naming file and record."""
-    with open(path, "rb") as f:
-        f.seek(ref.offset)
-        blob = f.read(HEADER.size + ref.length + FOOTER.size)
     where = f"{path}: record {ref.index} (byte {ref.offset})"
     hint = "download this TFRecord file again, or pass --skip-bad to convert the other records"
+    try:
+        with open(path, "rb") as f:
+            f.seek(ref.offset)
+            blob = f.read(HEADER.size + ref.length + FOOTER.size)
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read it: {exc}", hint=hint) from exc
     if len(blob) < HEADER.size + ref.length + FOOTER.size:
         raise UserError(f"{where}: the file ends before the record does", hint=hint)
     length, crc = HEADER.unpack_from(blob)
