@@ -5,6 +5,7 @@ converter's own `tf.train.Example` descriptor against protoc's, and flat step va
 from __future__ import annotations
 
 import json
+import sys
 import re
 import zlib
 
@@ -172,3 +173,17 @@ def test_the_real_shard_scans_to_25_records_with_checked_headers() -> None:
     refs, problem = scan_records(path)
     assert problem is None and len(refs) == 25 and refs[0].offset == 0
     assert sum(16 + r.length for r in refs) == path.stat().st_size
+
+
+@pytest.mark.parametrize("module,needs", [("google_crc32c", "google-crc32c"), ("google.protobuf", "protobuf")])
+def test_a_missing_package_is_one_error_naming_it(monkeypatch: pytest.MonkeyPatch, module: str, needs: str) -> None:
+    from robowds.export.convert.rlds_records import example_class
+
+    monkeypatch.setitem(sys.modules, module, None)  # `import` raises ImportError
+    example_class.cache_clear()
+    try:
+        with pytest.raises(UserError, match=f"needs the {needs} package") as caught:
+            frame_record(b"x") if module == "google_crc32c" else example_class()
+        assert "pip install 'robowds[convert]'" in str(caught.value)
+    finally:
+        example_class.cache_clear()
