@@ -42,9 +42,21 @@ def test_every_option_of_every_command_has_help() -> None:
     assert len(COMMANDS) == len(sub.choices)
     for name in sub.choices:
         assert name in parser.description
-    missing = [f"{name} {action.dest}" for name, command in sub.choices.items() for action in command._actions
+    missing = [f"{name} {action.dest}" for name, command in _commands(parser) for action in command._actions
                if not (action.help and action.help.strip())]
     assert not missing, missing
+    assert {name for name, _ in _commands(parser)} >= {"convert lerobot", "convert hdf5", "convert rlds",
+                                                       "convert rosbag", "convert clips"}
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[tuple[str, argparse.ArgumentParser]]:
+    """(name, parser) of every sub-command, nested ones (`convert lerobot`) included."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                out += [(prefix + name, child), *_commands(child, prefix + name + " ")]
+    return out
 
 
 def test_help_shows_defaults_that_say_something() -> None:
@@ -121,8 +133,8 @@ def test_verify_store_progress_moves_and_quiet_silences_it(exported: tuple[Path,
     assert quiet.stdout == done.stdout
 
 
-@pytest.mark.parametrize("command", ["convert", "validate", "export", "verify", "demo"])
+@pytest.mark.parametrize("command", ["convert lerobot", "convert hdf5", "convert rlds", "convert rosbag",
+                                     "convert clips", "validate", "export", "verify", "demo"])
 def test_every_long_command_has_quiet(command: str) -> None:
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert "--quiet" in {s for a in sub.choices[command]._actions for s in a.option_strings}
+    commands = dict(_commands(build_parser()))
+    assert "--quiet" in {s for a in commands[command]._actions for s in a.option_strings}

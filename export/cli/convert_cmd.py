@@ -26,7 +26,8 @@ def _format_module(name: str):  # noqa: ANN202 (a module)
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help=f"convert a dataset ({', '.join(FORMATS)}) into an episode store")
-    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT",
+                               help="the source format; `robowds convert FORMAT --help` lists its options")
     for name in FORMATS:
         module = _format_module(name)
         f = formats.add_parser(name, help=module.HELP, description=module.HELP)

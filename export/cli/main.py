@@ -40,9 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
-    for command_parser in sub.choices.values():
+    for command_parser in _parsers(parser):
         command_parser.formatter_class = DefaultsShown
     return parser
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every sub-command's parser, nested ones (`convert FORMAT`) included."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                out += [child, *_parsers(child)]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
