@@ -29,6 +29,17 @@ def test_probe_constant_and_variable_frame_rate(tmp_path: Path) -> None:
     assert vfr.measured_fps == pytest.approx(10.0)  # median interval 0.1 s
 
 
+def test_measured_fps_of_millisecond_pts_is_the_real_rate(tmp_path: Path) -> None:
+    """Matroska stores ms: 30 Hz frames are 33 or 34 ms apart (median 33 ms, 30.303 fps, which gave a
+    false fps warning on every converted camera); the regular steps' mean is the real 30 fps."""
+    from robowds.export.media.encode import encode_frames
+
+    encode_frames(np.zeros((31, 16, 16, 3), np.uint8), np.arange(31) / 30.0, tmp_path / "a.mkv")
+    info = probe_video(tmp_path / "a.mkv")
+    assert info.time_base == 0.001 and set(np.round(np.diff(info.pts), 6)) == {0.033, 0.034}
+    assert info.measured_fps == pytest.approx(30.0, rel=1e-9)
+
+
 def test_probe_real_av1_lerobot_video() -> None:
     info = probe_video(g1_video("episode_000001"))
     assert len(info.pts) == G1_LENGTHS["episode_000001"] == 393 and (info.width, info.height) == (640, 480)  # parquet has 393 rows

@@ -29,6 +29,7 @@ class VideoInfo:
     codec: str
     listed_frames: int = 0  # frames the container's index lists (0: it does not say); > len(pts): truncated
     declared_end: float | None = None  # end of the stream by the container's duration, file clock
+    time_base: float = 0.0  # the container's pts unit in seconds (Matroska/webm: 1 ms)
 
     @property
     def span_end(self) -> float:
@@ -46,10 +47,15 @@ class VideoInfo:
 
     @property
     def measured_fps(self) -> float | None:
-        """1 / median frame interval of the real pts (None for fewer than 2 frames)."""
+        """1 / the mean of the regular frame intervals: those within 5% (plus one pts unit) of the median.
+        The median alone ignores gaps but not rounding: Matroska's ms pts give 30 Hz steps of 33 and
+        34 ms, a median of 33 ms and a false 30.303 fps. None for fewer than 2 frames."""
         if len(self.pts) < 2:
             return None
-        return float(1.0 / np.median(np.diff(self.pts)))
+        steps = np.diff(self.pts)  # [F-1]
+        median = float(np.median(steps))
+        regular = steps[np.abs(steps - median) <= 0.05 * median + self.time_base]
+        return float(1.0 / regular.mean())
 
 
 class VideoError(ValueError):
@@ -77,7 +83,7 @@ def probe_video(path: Path) -> VideoInfo:
             info = VideoInfo(np.sort(np.asarray(pts, dtype=np.float64) * base),
                              float(rate) if rate else None, stream.codec_context.width,
                              stream.codec_context.height, stream.codec_context.name,
-                             int(stream.frames or 0), declared_end)
+                             int(stream.frames or 0), declared_end, base)
     except av.FFmpegError as exc:
         raise VideoError(f"{path.name} cannot be read as a video: {exc}") from exc
     if not len(info.pts):
