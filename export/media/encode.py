@@ -13,9 +13,10 @@ time rounded to the millisecond (0.5 ms at most from the step time: far below an
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import av
 import numpy as np
@@ -53,15 +54,19 @@ def mux_jpegs(jpegs: Sequence[bytes], times_s: np.ndarray, path: Path, width: in
     return float(times_s[0]) if len(times_s) else 0.0
 
 
-def encode_frames(frames: np.ndarray, times_s: np.ndarray, path: Path, codec: str = "ffv1") -> float:
-    """Encode `frames` ([T, H, W, 3] uint8 RGB) into a Matroska file at `path`, pts = `times_s`
-    (relative to times_s[0]); FFV1 is lossless, a lossy codec trades exactness for size. Returns the
-    first frame's time (the video's `clock_offset_s`)."""
+def encode_frames(frames: Iterable[np.ndarray], times_s: np.ndarray, path: Path, codec: str = "ffv1") -> float:
+    """Encode `frames` (an array [T, H, W, 3] or an iterable of [H, W, 3], uint8 RGB: an iterable lets a
+    long episode stream from its source instead of sitting in memory whole) into a Matroska file at
+    `path`, pts = `times_s` (relative to times_s[0]); FFV1 is lossless, a lossy codec trades exactness
+    for size. Returns the first frame's time (the video's `clock_offset_s`)."""
     if codec not in LOSSLESS_CODECS + LOSSY_CODECS:
         raise ValueError(f"unknown codec {codec!r}; choose one of {LOSSLESS_CODECS + LOSSY_CODECS}")
-    frames = np.ascontiguousarray(frames)  # [T, H, W, 3]
     pts = _pts_ms(times_s, path)
-    _, height, width, _ = frames.shape
+    frames = iter(frames)
+    first = next(frames, None)
+    if first is None:
+        raise ValueError(f"{path}: no frames to encode")
+    height, width = first.shape[:2]
     with av.open(str(path), "w", format="matroska", options=BITEXACT) as out:
         stream = out.add_stream(codec, rate=_nominal_rate(times_s))
         stream.width, stream.height = width, height
@@ -71,8 +76,8 @@ def encode_frames(frames: np.ndarray, times_s: np.ndarray, path: Path, codec: st
         stream.codec_context.thread_count = 1  # same bytes on any machine
         if codec == "ffv1":
             stream.codec_context.options = {"level": "3", "slicecrc": "1"}
-        for image, p in zip(frames, pts):
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format=stream.pix_fmt)
+        for image, p in zip(itertools.chain([first], frames), pts):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24").reformat(format=stream.pix_fmt)
             frame.pts, frame.time_base = int(p), TIME_BASE
             out.mux(stream.encode(frame))
         out.mux(stream.encode(None))
