@@ -116,10 +116,10 @@ def _video(task: EpisodeTask, src: Source, data: Any, f: Any, t: np.ndarray, fol
             offset = write_jpegs([bytes(np.asarray(x, np.uint8)) if not isinstance(x, bytes) else x
                                   for x in data[()]], t, path)
         else:
-            frames = np.asarray(data[()])  # [T, H, W, 3] uint8
-            if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
-                raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {list(frames.shape)}")
-            offset = write_raw(frames, t, path, task.codec)
+            if data.dtype != np.uint8 or data.ndim != 4 or data.shape[-1] != 3:
+                raise ValueError(f"frames must be uint8 [T, H, W, 3], got {data.dtype} {list(data.shape)}")
+            # one frame at a time from the file ([H, W, 3] each): memory is a frame, not the episode
+            offset = write_raw((data[k] for k in range(data.shape[0])), t, path, task.codec)
     except ValueError as exc:
         raise _fail(task, f"camera dataset {src.path!r}: {exc}", f"--exclude {src.field}") from exc
     fps = 1.0 / float(np.median(np.diff(t))) if task.rate_hz is None and len(t) > 1 else (task.rate_hz or 0.0)

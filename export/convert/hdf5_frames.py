@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -107,8 +107,8 @@ def write_jpegs(jpegs: Sequence[bytes], times_s: np.ndarray, path: Path) -> floa
     return mux_jpegs(jpegs, times_s, path, *size)
 
 
-def write_raw(frames: np.ndarray, times_s: np.ndarray, path: Path, codec: str) -> float:
-    """Raw frames ([T, H, W, 3] uint8 RGB) -> a Matroska file with `codec` (FFV1: lossless)."""
+def write_raw(frames: Iterable[np.ndarray], times_s: np.ndarray, path: Path, codec: str) -> float:
+    """Raw frames ([H, W, 3] uint8 RGB each, T of them) -> a Matroska file with `codec` (FFV1: lossless)."""
     from robowds.export.media.encode import encode_frames
 
     path.parent.mkdir(parents=True, exist_ok=True)
