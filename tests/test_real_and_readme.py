@@ -123,6 +123,19 @@ def test_vendored_real_data_is_the_upstream_bytes_and_nothing_else() -> None:
     assert (REAL_DATA.parent / "README.md").is_file() and G1 in (REAL_DATA.parent / "README.md").read_text()
 
 
+@pytest.mark.parametrize("folder", sorted(p.name for p in REAL_DATA.iterdir() if p.is_dir()))
+def test_every_vendored_folder_is_its_listed_bytes_with_provenance_and_licence(folder: str) -> None:
+    root = real_path(folder)
+    listed = dict(line.split("  ", 1)[::-1] for line in (root / "SHA256SUMS").read_text().splitlines())
+    for name, digest in listed.items():
+        assert hashlib.sha256((root / name).read_bytes()).hexdigest() == digest, name
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    assert present == set(listed) | {"SHA256SUMS", "PROVENANCE.md"}
+    provenance = (root / "PROVENANCE.md").read_text()
+    assert any(name.startswith("LICENSE") for name in present) or "## Licence" in provenance
+    assert f"real/{folder}/" in (REAL_DATA.parent / "README.md").read_text()  # listed with its licence and size
+
+
 def test_a_missing_vendored_file_fails_the_test_rather_than_skipping_it() -> None:
     with pytest.raises(pytest.fail.Exception, match=r"vendored real data missing: .*episode_000099\.mp4"):
         real_path(G1, "videos", "episode_000099.mp4")
