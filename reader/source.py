@@ -25,7 +25,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from robowds.reader.manifest import MANIFEST_NAME, ManifestError, ShardIndexError, ShardInfo, parse_manifest, shard_index
+from robowds.reader.manifest import (INDEX_DTYPE, MANIFEST_NAME, ManifestError, ShardIndexError, ShardInfo,
+                                     parse_manifest, shard_index)
 from robowds.reader.remote import ObjectTruncated, RangeReader, RemoteReadError, RetryPolicy, s3_filesystem
 
 MAX_OPEN = 64
@@ -117,7 +118,8 @@ class ShardSource:
         if shard.path in self._bad_index:
             raise ShardReadError(self._bad_index[shard.path])
         try:
-            index = memoryview(shard_index(shard, self._read_whole))  # [samples + 1] int64
+            size = INDEX_DTYPE.itemsize * (shard.samples + 1)
+            index = memoryview(shard_index(shard, lambda rel: self._read_index(rel, size)))  # [samples + 1] int64
         except ShardIndexError as exc:
             self._bad_index[shard.path] = str(exc)
             raise ShardReadError(str(exc)) from exc
@@ -130,14 +132,18 @@ class ShardSource:
             self._indexed -= len(self._indexes.popitem(last=False)[1])
         return index
 
-    def _read_whole(self, path: str) -> bytes:
-        """All bytes of the small file `path` (an index) under the base; FileNotFoundError if absent."""
+    def _read_index(self, path: str, size: int) -> bytes:
+        """The bytes of the index file `path` under the base (FileNotFoundError if absent): a local file
+        whole, a remote one as the ranged read [0, size) of the size the manifest implies, retried and
+        length-checked like a sample's (a shorter object reads as b"", which its sha256 check refuses)."""
         if not self.remote:
             with open(self.location(path), "rb") as fh:
                 return fh.read()
         url = self.location(path)
         try:
-            return self._remote().read_all(url)
+            return self._remote().read(url, 0, size)
+        except ObjectTruncated:
+            return b""
         except RemoteReadError as exc:
             if isinstance(exc.__cause__, FileNotFoundError):  # not transient, so the cause is the error itself
                 raise FileNotFoundError(url) from exc

@@ -27,6 +27,7 @@ from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.source import ShardReadError
 
 from exports import export_synthetic
+from offsets import shard_offsets
 
 pytest.importorskip("moto")
 boto3 = pytest.importorskip("boto3")
@@ -244,25 +245,33 @@ def _shard(exported: Path, index: int) -> dict[str, Any]:
     return json.loads((exported / "manifest.json").read_text())["splits"]["train"]["shards"][index]
 
 
+@pytest.mark.parametrize("target", ["shard", "index"])
 @pytest.mark.parametrize("mode", ["503", "reset"])
 def test_permanent_fault_names_shard_range_and_url_and_is_skipped(
-        s3: tuple[FaultProxy, dict[str, Any]], exported: Path, local: list[Any], mode: str) -> None:
+        s3: tuple[FaultProxy, dict[str, Any]], exported: Path, local: list[Any], mode: str, target: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`target`: the shard's bytes fail (its index, read first, stays reachable), or its index does."""
     proxy, options = s3
     shard = _shard(exported, 1)
     proxy.configure(mode, every=1, only=shard["path"], per_target=10**9)
+    if target == "shard":
+        spoil = proxy.fault_for
+        monkeypatch.setattr(proxy, "fault_for", lambda method, path, headers: None if ".idx" in path
+                            else spoil(method, path, headers))
     ds = ShardDataset(URL, "train", shuffle=False, storage_options=options, retry=FAST)
     first = next(i for i, s in enumerate(ds.shards) if s.path == shard["path"])
     before = sum(ds.counts[:first])
-    start, stop = shard["offsets"][0], shard["offsets"][1]
+    start, stop = shard_offsets(exported, shard)[:2]
     url = f"s3://robots/ds/{shard['path']}"
     began = time.monotonic()
     with pytest.raises(ShardReadError) as info:
         for i, _ in enumerate(ds):
             assert i < before  # the samples before the broken shard arrive
     message = str(info.value)
-    assert message.startswith(f"shard {shard['path']}: bytes {start}-{stop} of {url}: ")
+    assert message.startswith(f"shard {shard['path']}: bytes {start}-{stop} of {url}: " if target == "shard" else
+                              f"shard {shard['path']}: index {shard['path']}.idx: {url}.idx cannot be read: ")
     assert re.search(rf" \(gave up after {FAST.attempts} attempts in [0-9.]+ s\)$", message)
-    if mode == "503":
+    if mode == "503" and target == "shard":  # (the index's whole-object read names the status only)
         assert "HTTP 503 SlowDown: Please reduce your request rate." in message
     assert time.monotonic() - began < FAST.bound_s() + 5
 
@@ -280,12 +289,15 @@ def test_permanent_fault_names_shard_range_and_url_and_is_skipped(
 
 @pytest.mark.parametrize("mode", ["ignore_range", "extra"])
 def test_server_ignoring_range_is_reported_as_such(s3: tuple[FaultProxy, dict[str, Any]], exported: Path,
-                                                   mode: str) -> None:
+                                                   mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     proxy, options = s3
     shard = _shard(exported, 0)
     proxy.configure(mode, every=1, only=".tar", per_target=10**9)
+    spoil = proxy.fault_for  # the shards' ranged reads only: their indexes stay intact
+    monkeypatch.setattr(proxy, "fault_for", lambda method, path, headers: None if ".idx" in path
+                        else spoil(method, path, headers))
     ds = ShardDataset(URL, "train", shuffle=False, storage_options=options, retry=FAST)
-    start, stop = shard["offsets"][0], shard["offsets"][1]
+    start, stop = shard_offsets(exported, shard)[:2]
     with pytest.raises(ShardReadError) as info:
         next(iter(ds))
     message = str(info.value)
@@ -302,17 +314,18 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
     proxy, options = s3
     proxy.configure(None)
     shard = _shard(exported, 0)
-    cut = shard["offsets"][3] + 100
+    cut = shard_offsets(exported, shard)[3] + 100
     creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
     client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{proxy.upstream}", **creds)  # moto itself
     client.put_object(Bucket="robots", Key=f"cut/{shard['path']}",
                       Body=(exported / shard["path"]).read_bytes()[:cut])
     client.put_object(Bucket="robots", Key="cut/manifest.json", Body=(exported / "manifest.json").read_bytes())
+    client.put_object(Bucket="robots", Key=f"cut/{shard['path']}.idx", Body=(exported / f"{shard['path']}.idx").read_bytes())
     slow = RetryPolicy(attempts=4, backoff_s=5.0)  # a retry would show in the time taken
     ds = ShardDataset("s3://robots/cut/", "train", shuffle=False, storage_options=options, retry=slow)
     began = time.monotonic()
     with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated "
-                                             rf"\(wanted bytes {shard['offsets'][3]}-{shard['offsets'][4]} of "
+                                             rf"\(wanted bytes {shard_offsets(exported, shard)[3]}-{shard_offsets(exported, shard)[4]} of "
                                              rf"s3://robots/cut/{shard['path']}, the object has {cut} bytes\)"):
         list(ds)
     assert time.monotonic() - began < 2
@@ -336,7 +349,8 @@ def test_retry_policy_is_validated_and_bounded() -> None:
 
 
 def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
-    """A 404 is not transient: no retries (a 5 s backoff would show), the status and code named."""
+    """A 404 is not transient: no retries (a 5 s backoff would show), the status and code named; a
+    missing index (read before its shard) is named with the fix."""
     proxy, options = s3
     proxy.configure(None)
     shard = _shard(exported, 0)
@@ -345,13 +359,19 @@ def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, 
     client.put_object(Bucket="robots", Key="gone/manifest.json", Body=(exported / "manifest.json").read_bytes())
     ds = ShardDataset("s3://robots/gone", "train", shuffle=False, storage_options=options,
                       retry=RetryPolicy(attempts=4, backoff_s=5.0))
-    start, stop = shard["offsets"][0], shard["offsets"][1]
+    start, stop = shard_offsets(exported, shard)[:2]
     began = time.monotonic()
+    with pytest.raises(ShardReadError) as info:
+        next(iter(ds))
+    assert str(info.value) == (f"shard {shard['path']}: index {shard['path']}.idx is missing; fix: restore "
+                               f"{shard['path']}.idx from the export it came with (export writes it next to the "
+                               "shard), or export again")
+    client.put_object(Bucket="robots", Key=f"gone/{shard['path']}.idx", Body=(exported / f"{shard['path']}.idx").read_bytes())
     with pytest.raises(ShardReadError) as info:
         next(iter(ds))
     assert str(info.value) == (f"shard {shard['path']}: bytes {start}-{stop} of s3://robots/gone/{shard['path']}: "
                                "HTTP 404 NoSuchKey: The specified key does not exist.")
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 4
 
 
 def test_transient_faults_are_told_from_permanent_ones() -> None:
@@ -401,7 +421,7 @@ def test_an_object_that_failed_for_good_gets_one_attempt_until_it_reads_again(
     url = f"s3://robots/ds/{shard['path']}"
     data = (exported / shard["path"]).read_bytes()
     reader = RangeReader(remote_filesystem(url, options), RetryPolicy(attempts=3, backoff_s=0.0))
-    spans = list(zip(shard["offsets"], shard["offsets"][1:]))
+    spans = list(zip(shard_offsets(exported, shard), shard_offsets(exported, shard)[1:]))
     proxy.configure("503", every=1, only=shard["path"], per_target=10**9)
     with pytest.raises(RemoteReadError, match=r"gave up after 3 attempts"):
         reader.read(url, *spans[0])
