@@ -11,11 +11,21 @@ bytes means the server ignored the `Range` header (reported as such once the att
 Libraries retry on their own as well (botocore up to 5 attempts, s3fs up to 5 more around each), which
 multiplies into minutes per failing read; for `s3://` they are turned off (botocore's unless the
 caller's `storage_options` set `config_kwargs["retries"]`), so this policy is the one bound.
+
+fsspec's caching chains (`simplecache::`, `filecache::`, `blockcache::` + a URL) are not safe with
+concurrent reads: a whole-file cache checks only that the local file exists while another thread
+still downloads into it (or a second download truncates it under the first: zeros), and the block
+cache marks blocks as present before their bytes arrive, and keeps them marked when the fetch fails.
+So reads through them hold a lock (`CacheChainGuard`): one read at a time per process, one per
+object across the processes sharing a cache folder, and a failed read drops the local copy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import hashlib
 import json
 import os
 import random
@@ -23,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # and any other 5xx
 TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "RequestTimeout",
@@ -34,8 +44,10 @@ TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "T
 @dataclass(frozen=True)
 class RetryPolicy:
     """How a remote read is retried. Attempt k (from 0) that fails transiently waits
-    min(backoff_s * 2**k, max_backoff_s) scaled by a random factor in [0.5, 1] (so the reads of many
-    workers and ranks do not retry in lock step), then tries again, `attempts` times in all.
+    min(backoff_s * 2**k, max_backoff_s) scaled by a factor in [0.5, 1] (so the reads of many
+    workers and ranks do not retry in lock step), then tries again, `attempts` times in all. The
+    factor comes from a generator seeded by the read (reader, object, range), never from global
+    random state: a run's waits are reproducible, and different reads still spread apart.
     `timeout_s` bounds one attempt (for fsspec's asynchronous filesystems: s3, gcs, http, az; others
     use their own timeouts). A read therefore gives up after at most `bound_s()` seconds.
 
@@ -72,7 +84,7 @@ class ObjectTruncated(RemoteReadError):
     """The object is shorter than the range asked for: the shard itself is truncated."""
 
     def __init__(self, size: int) -> None:
-        super().__init__(f"the object has {size} bytes")
+        super().__init__(f"the object has {size} bytes; permanent, not retried")
         self.size = size
 
 
@@ -96,7 +108,8 @@ def _transient_types() -> tuple[type[BaseException], ...]:
     try:
         from botocore import exceptions as bx
 
-        types += [bx.HTTPClientError, bx.ConnectionError, bx.IncompleteReadError]  # EndpointConnectionError, ...
+        types += [bx.HTTPClientError, bx.ConnectionError, bx.IncompleteReadError,  # EndpointConnectionError, ...
+                  bx.FlexibleChecksumError]  # a body spoiled in transit (botocore checks whole-object CRCs)
     except ImportError:
         pass
     try:
@@ -195,27 +208,89 @@ def s3_filesystem(url: str, options: dict[str, Any]) -> Any:
     return fs
 
 
+class CacheChainGuard:
+    """Mutual exclusion for reads through one of fsspec's caching filesystems (`CachingFileSystem`:
+    simplecache, filecache, blockcache), which assume one reader at a time.
+
+    Within a process every read holds one lock: the caches share a metadata dict and file that their
+    reads of different objects update without locks. Across the processes that share the cache
+    folder (DataLoader workers, ranks given the same `cache_storage`), a read holds an exclusive
+    `flock` on a lock file for its object in that folder (`.robowds-<hash>.lock`, never removed), so a
+    second process waits for the first one's download instead of reading the half-written file. A
+    read that fails drops the object's local copy (`drop`), so a retry downloads it again rather
+    than reading a truncated file or blocks marked present that never arrived."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def applies(fs: Any) -> bool:
+        try:
+            from fsspec.implementations.cached import CachingFileSystem
+        except ImportError:
+            return False
+        return isinstance(fs, CachingFileSystem)
+
+    def _key(self, url: str) -> str:
+        return self.fs._strip_protocol(url)
+
+    @contextlib.contextmanager
+    def hold(self, url: str) -> Iterator[None]:
+        folder = self.fs.storage[-1]
+        name = hashlib.blake2b(self._key(url).encode(), digest_size=12).hexdigest()
+        with self._lock:
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(os.path.join(folder, f".robowds-{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close, also if this process dies
+                try:
+                    yield
+                except BaseException:
+                    self.drop(url)
+                    raise
+            finally:
+                os.close(fd)
+
+    def drop(self, url: str) -> None:
+        """Remove the object's local copy and its cache entry (the caller holds `hold(url)`)."""
+        path = self._key(url)
+        try:
+            self.fs.pop_from_cache(path)  # filecache, blockcache: metadata entry and file
+        except Exception:  # noqa: BLE001 - best effort; the file itself goes below
+            pass
+        for folder in self.fs.storage:
+            with contextlib.suppress(OSError):  # simplecache keeps no metadata: the file alone
+                os.remove(os.path.join(folder, self.fs._mapper(path)))
+
+
 class RangeReader:
     """Byte ranges of remote objects through one fsspec filesystem, retried under a `RetryPolicy`.
     Thread-safe (the dataset reads ahead in threads).
 
     An object whose read just failed for good gets one attempt per read, without waits, until a read
     of it succeeds: with `on_error="skip"`, a shard that cannot be reached would otherwise cost each
-    of its thousands of samples a full round of retries (hours for one shard)."""
+    of its thousands of samples a full round of retries (hours for one shard).
 
-    def __init__(self, fs: Any, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> None:
+    `jitter_key` (e.g. rank and worker) seeds the backoff factors together with the object and range,
+    so that readers that fail on the same object at the same moment do not retry in lock step."""
+
+    def __init__(self, fs: Any, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep,
+                 jitter_key: str = "") -> None:
         self.fs = fs
         self.policy = policy
         self._sleep = sleep
-        self._rng = random.Random()  # jitter only: never affects which bytes are returned
+        self._jitter_key = jitter_key
         self._failing: set[str] = set()  # URLs whose last read failed for good (at most one per shard)
+        self._guard = CacheChainGuard(fs) if CacheChainGuard.applies(fs) else None
 
     def read(self, url: str, start: int, stop: int) -> bytes:
         """Exactly the bytes [start, stop) of `url`; `RemoteReadError` naming the last fault once the
         attempts are spent, `ObjectTruncated` at once when the object ends before `stop`."""
         want = stop - start
         try:
-            data = self._retry(lambda: self._checked(url, start, stop, want), 1 if url in self._failing else None)
+            data = self._retry(lambda: self._guarded(url, lambda: self._checked(url, start, stop, want)),
+                               1 if url in self._failing else None, f"{url}|{start}|{stop}")
         except RemoteReadError:
             self._failing.add(url)
             raise
@@ -224,10 +299,18 @@ class RangeReader:
 
     def read_all(self, url: str) -> bytes:
         """The whole object (a manifest): the client checks the length against Content-Length."""
-        return self._retry(lambda: self._call(self.fs.cat_file, "_cat_file", url))
+        return self._retry(lambda: self._guarded(url, lambda: self._call(self.fs.cat_file, "_cat_file", url)),
+                           key=f"{url}|all")
 
     def size(self, url: str) -> int:
-        return int(self._retry(lambda: self._call(self.fs.size, "_size", url)))
+        return int(self._retry(lambda: self._call(self.fs.size, "_size", url), key=f"{url}|size"))
+
+    def _guarded(self, url: str, attempt: Callable[[], Any]) -> Any:
+        """One attempt, under the cache chain's lock when reading through one."""
+        if self._guard is None:
+            return attempt()
+        with self._guard.hold(url):
+            return attempt()
 
     def _checked(self, url: str, start: int, stop: int, want: int) -> bytes:
         try:
@@ -263,15 +346,19 @@ class RangeReader:
         """One attempt; on an asynchronous filesystem its coroutine under `timeout_s` (cancelled when
         it runs out, as fsspec's `sync` does), else the blocking method."""
         timeout = self.policy.timeout_s
-        if timeout is not None and getattr(self.fs, "async_impl", False) and hasattr(self.fs, coroutine):
+        # not through a cache chain: it forwards `async_impl` and unknown coroutines to the filesystem
+        # it wraps, so `_cat_file` would bypass the cache (blockcache) or skip its bookkeeping
+        if (timeout is not None and self._guard is None and getattr(self.fs, "async_impl", False)
+                and hasattr(self.fs, coroutine)):
             from fsspec.asyn import sync
 
             return sync(self.fs.loop, getattr(self.fs, coroutine), *args, timeout=timeout, **kwargs)
         return method(*args, **kwargs)
 
-    def _retry(self, attempt: Callable[[], Any], attempts: int | None = None) -> Any:
+    def _retry(self, attempt: Callable[[], Any], attempts: int | None = None, key: str = "") -> Any:
         attempts = attempts or self.policy.attempts
         began = time.monotonic()
+        rng: random.Random | None = None
         for k in range(attempts):
             try:
                 return attempt()
@@ -279,11 +366,13 @@ class RangeReader:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below; anything else is re-raised
                 if not is_transient(exc):
-                    raise RemoteReadError(describe(exc)) from exc
+                    raise RemoteReadError(f"{describe(exc)} (permanent: not retried)") from exc
                 if k + 1 == attempts:
                     what = str(exc) if isinstance(exc, _WrongLength) else describe(exc)
                     tries = (f"gave up after {attempts} attempts" if attempts > 1 else
                              "1 attempt: an earlier read of this object failed after its retries")
                     raise RemoteReadError(f"{what} ({tries} in {time.monotonic() - began:.1f} s)") from exc
-            self._sleep(self.policy.wait_s(k, self._rng))
+            if rng is None:  # jitter only (never affects which bytes are returned); seeded by the read
+                rng = random.Random(f"{self._jitter_key}|{key}")
+            self._sleep(self.policy.wait_s(k, rng))
         raise AssertionError("unreachable")
