@@ -1,20 +1,13 @@
 """Remote reads through a faulty network: a real moto S3 server on loopback behind a fault-injecting
-HTTP proxy written here. Every 3rd response is reset, cut, delayed past the timeout, answered 503
+HTTP proxy (tests/fault_proxy.py). Every 3rd response is reset, cut, delayed past the timeout, answered 503
 SlowDown, or served without honouring `Range`: each sample must still arrive exactly once, in plan
 order, equal to a local read. A fault on every response is one `ShardReadError` naming shard, byte
 range and URL, and `on_error="skip"` skips exactly the samples of the affected shard."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import socket
-import socketserver
-import struct
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,122 +21,13 @@ from robowds.reader.source import ShardReadError
 
 from exports import export_synthetic
 from offsets import shard_offsets
+from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
 
 pytest.importorskip("moto")
-boto3 = pytest.importorskip("boto3")
+pytest.importorskip("boto3")
 pytest.importorskip("s3fs")
 
 FAST = RetryPolicy(attempts=6, backoff_s=0.01, max_backoff_s=0.05, timeout_s=1.0)  # short waits in tests
-DELAY_S = 1.5  # "delay" holds a response this long: past FAST.timeout_s, so the attempt times out
-CUT_AT = 700  # "cut" / "short" send this many body bytes
-SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-            b"<Message>Please reduce your request rate.</Message></Error>")
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
-
-
-class FaultProxy(socketserver.ThreadingTCPServer):
-    """An HTTP/1.1 proxy to `upstream` that spoils every `every`-th response whose path contains
-    `only` (the request is counted either way), at most `per_target` times for one (method, path,
-    Range), so a retry eventually gets through whatever the threads' interleaving. Modes:
-    reset (RST instead of a response), cut (Content-Length kept, body stopped after CUT_AT bytes, RST),
-    short (a consistent response of CUT_AT bytes), delay (DELAY_S before answering), 503 (SlowDown),
-    ignore_range (the request forwarded without Range: 200 and the whole object), extra (206 with 100
-    bytes too many)."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, upstream: int) -> None:
-        super().__init__(("127.0.0.1", 0), _ProxyHandler)
-        self.upstream = upstream
-        self.mode: str | None = None
-        self.every, self.only, self.per_target = 3, "", 2
-        self.count, self.faults = 0, 0
-        self.spoiled: dict[tuple[str, str, str], int] = {}
-        self.lock = threading.Lock()
-
-    def configure(self, mode: str | None, every: int = 3, only: str = "", per_target: int = 2) -> None:
-        with self.lock:
-            self.mode, self.every, self.only, self.per_target = mode, every, only, per_target
-            self.count, self.faults, self.spoiled = 0, 0, {}
-
-    def fault_for(self, method: str, path: str, headers: dict[str, str]) -> str | None:
-        with self.lock:
-            if self.mode is None or self.only not in path:
-                return None
-            self.count += 1
-            target = (method, path, headers.get("range", ""))
-            if self.count % self.every or self.spoiled.get(target, 0) >= self.per_target:
-                return None
-            self.spoiled[target] = self.spoiled.get(target, 0) + 1
-            self.faults += 1
-            return self.mode
-
-
-class _ProxyHandler(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        server: FaultProxy = self.server  # type: ignore[assignment]
-        conn: socket.socket = self.request
-        reader = conn.makefile("rb")
-        try:
-            while True:
-                line = reader.readline()
-                if not line.strip():
-                    return
-                method, path, _ = line.decode("latin-1").split(" ", 2)
-                headers: dict[str, str] = {}
-                raw: list[tuple[str, str]] = []
-                while (h := reader.readline()) not in (b"\r\n", b"\n", b""):
-                    name, _, value = h.decode("latin-1").partition(":")
-                    raw.append((name.strip(), value.strip()))
-                    headers[name.strip().lower()] = value.strip()
-                body = reader.read(int(headers.get("content-length", 0) or 0))
-                fault = server.fault_for(method, path, headers)
-                if fault == "reset":
-                    _reset(conn)
-                    return
-                forward = {k: v for k, v in raw if k.lower() not in HOP_BY_HOP
-                           and not (fault == "ignore_range" and k.lower() == "range")}
-                upstream = http.client.HTTPConnection("127.0.0.1", server.upstream, timeout=30)
-                upstream.request(method, path, body=body or None, headers=forward)
-                response = upstream.getresponse()
-                status, reason, data = response.status, response.reason, response.read()
-                out = [(k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP]
-                length = int(response.getheader("content-length") or len(data))
-                upstream.close()
-                if fault == "delay":
-                    time.sleep(DELAY_S)
-                elif fault == "503":
-                    status, reason, data, length = 503, "Slow Down", SLOWDOWN, len(SLOWDOWN)
-                    out = [("Content-Type", "application/xml")]
-                elif fault == "short" and method == "GET":
-                    data, length = data[:CUT_AT], min(CUT_AT, len(data))
-                elif fault == "extra" and method == "GET":
-                    data, length = data + b"\0" * 100, len(data) + 100
-                head = [f"HTTP/1.1 {status} {reason}", *(f"{k}: {v}" for k, v in out),
-                        f"Content-Length: {length}", "Connection: keep-alive"]
-                conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-                if method == "HEAD":
-                    continue
-                if fault == "cut":
-                    conn.sendall(data[:CUT_AT])
-                    _reset(conn)
-                    return
-                conn.sendall(data)
-        except OSError:  # the client gave up on a delayed response, or went away
-            return
-
-
-def _reset(conn: socket.socket) -> None:
-    """Close with a TCP RST (SO_LINGER 0), as a crashed peer or middlebox does."""
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    conn.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -156,33 +40,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def s3(exported: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
     """(proxy, storage_options reaching moto through it); the shards uploaded as s3://robots/ds/."""
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proxy = FaultProxy(port)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
-        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", **creds)
-        client.create_bucket(Bucket="robots")
-        for path in exported.rglob("*"):
-            if path.is_file():
-                client.upload_file(str(path), "robots", f"ds/{path.relative_to(exported).as_posix()}")
-        endpoint = f"http://127.0.0.1:{proxy.server_address[1]}"
-        yield proxy, {"key": "test", "secret": "test", "skip_instance_cache": True,
-                      "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
-        server.terminate()
-        server.wait(timeout=10)
+    with s3_behind_proxy({"ds": exported}) as (proxy, options):
+        yield proxy, options
 
 
 URL = "s3://robots/ds/manifest.json"
@@ -315,8 +174,7 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
     proxy.configure(None)
     shard = _shard(exported, 0)
     cut = shard_offsets(exported, shard)[3] + 100
-    creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
-    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{proxy.upstream}", **creds)  # moto itself
+    client = moto_client(proxy)  # moto itself
     client.put_object(Bucket="robots", Key=f"cut/{shard['path']}",
                       Body=(exported / shard["path"]).read_bytes()[:cut])
     client.put_object(Bucket="robots", Key="cut/manifest.json", Body=(exported / "manifest.json").read_bytes())
@@ -326,7 +184,7 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
     began = time.monotonic()
     with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated "
                                              rf"\(wanted bytes {shard_offsets(exported, shard)[3]}-{shard_offsets(exported, shard)[4]} of "
-                                             rf"s3://robots/cut/{shard['path']}, the object has {cut} bytes\)"):
+                                             rf"s3://robots/cut/{shard['path']}, the object has {cut} bytes; permanent, not retried\)"):
         list(ds)
     assert time.monotonic() - began < 2
 
@@ -354,8 +212,7 @@ def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, 
     proxy, options = s3
     proxy.configure(None)
     shard = _shard(exported, 0)
-    creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
-    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{proxy.upstream}", **creds)
+    client = moto_client(proxy)
     client.put_object(Bucket="robots", Key="gone/manifest.json", Body=(exported / "manifest.json").read_bytes())
     ds = ShardDataset("s3://robots/gone", "train", shuffle=False, storage_options=options,
                       retry=RetryPolicy(attempts=4, backoff_s=5.0))
@@ -370,7 +227,7 @@ def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, 
     with pytest.raises(ShardReadError) as info:
         next(iter(ds))
     assert str(info.value) == (f"shard {shard['path']}: bytes {start}-{stop} of s3://robots/gone/{shard['path']}: "
-                               "HTTP 404 NoSuchKey: The specified key does not exist.")
+                               "HTTP 404 NoSuchKey: The specified key does not exist. (permanent: not retried)")
     assert time.monotonic() - began < 4
 
 
