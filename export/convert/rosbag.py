@@ -25,7 +25,7 @@ from robowds.export.convert.rosbag_mapping import (
     DEFAULTS, IMAGE_TYPES, SUPPORTED, Column, StreamMap, TopicMapping, column_names, gap_segments, marker_segments,
     parse_mapping, resolve_path, result_dtype, topic_prefixes, unique_field_names)
 from robowds.export.convert.rosbag_source import (
-    Bag, find_bags, first_message, open_bag, receive_times, topic_types)
+    Bag, find_bags, first_message, open_bag, open_index, receive_times, topic_types)
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
 
@@ -60,27 +60,38 @@ def load_mapping(path: Path) -> dict[str, TopicMapping]:
 
 def _inventory(bags: list[Bag], wanted: Any, split_topic: str | None, split_gap_s: float | None,  # noqa: ANN401
                typestore: str, skip_bad: bool) -> Inventory:
-    """One open of every bag: topic types, the first message of each wanted topic (from the first bag
-    that has it), and the episode segments of each bag."""
+    """Every bag's topic types and episode segments; the definitions and first message of each wanted
+    topic from the first bag that has it. The first bag is opened with its type store (it defines most
+    topics); the others from their index alone (no type store built, nothing deserialised), and again
+    with a type store only if they bring a new topic."""
     inv = Inventory()
-    for bag in bags:
+    for k, bag in enumerate(bags):
         try:
-            with open_bag(bag.path, typestore) as reader:
+            with (open_bag(bag.path, typestore) if k == 0 else open_index(bag.path)) as reader:
                 types = topic_types(reader, bag.path)
                 for topic, msgtype in types.items():
                     if inv.types.setdefault(topic, msgtype) != msgtype:
                         raise UserError(f"{bag.path}: topic {topic} is {msgtype}, but {inv.types[topic]} in an earlier "
                                         "bag", hint="convert these bags separately")
-                    if topic not in inv.first and wanted(topic, msgtype):
-                        inv.first[topic] = first_message(reader, topic, bag.path)
-                        inv.fielddefs[topic] = reader.typestore.fielddefs
-                inv.segments[bag.name] = _segments(reader, bag, [t for t in types if wanted(t, types[t])],
-                                                   split_topic, split_gap_s)
+                segments = _segments(reader, bag, [t for t in types if wanted(t, types[t])], split_topic, split_gap_s)
+                new = [t for t in types if t not in inv.first and wanted(t, types[t])]
+                if new and k == 0:
+                    _definitions(inv, reader, new, bag)
+            if new and k > 0:
+                with open_bag(bag.path, typestore) as reader:
+                    _definitions(inv, reader, new, bag)
+            inv.segments[bag.name] = segments
         except UserError as exc:
             if not skip_bad:
                 raise
             inv.skipped.append({"episode": bag.name, "reason": str(exc)})
     return inv
+
+
+def _definitions(inv: Inventory, reader: Any, topics: list[str], bag: Bag) -> None:  # noqa: ANN401
+    for topic in topics:
+        inv.first[topic] = first_message(reader, topic, bag.path)
+        inv.fielddefs[topic] = reader.typestore.fielddefs
 
 
 def _segments(reader: Any, bag: Bag, topics: list[str], split_topic: str | None,  # noqa: ANN401

@@ -42,17 +42,28 @@ def find_bags(src: Path) -> list[Bag]:
         raise UserError(f"{src} is not a ROS bag: expected a ROS 1 .bag file, a ROS 2 bag folder (with "
                         "metadata.yaml), an .mcap or .db3 file, or a folder of those",
                         hint="pass the bag itself, or the folder that holds the bags")
-    bags, ros2_dirs = [], sorted(p.parent for p in src.rglob("metadata.yaml"))
-    for path in sorted(src.rglob("*")):
-        if path.is_dir() and path in ros2_dirs:
-            bags.append(path)
-        elif path.is_file() and path.suffix in (".bag", *ROS2_FILES) and not any(d in path.parents for d in ros2_dirs):
-            bags.append(path)
+    bags = sorted(_walk(src, set()))
     if not bags:
         raise UserError(f"{src}: no ROS bag found (no .bag, .mcap, .db3 file, no folder with metadata.yaml)",
                         hint="pass a bag, or the folder that holds the bags")
     return [Bag(p, (p.relative_to(src).with_suffix("") if p.is_file() else p.relative_to(src)).as_posix())
             for p in bags]
+
+
+def _walk(folder: Path, seen: set[Path]) -> list[Path]:
+    """The bags under `folder`, following linked folders (each real folder once: no loops); a ROS 2 bag
+    folder is one bag, its storage files are not listed again."""
+    real = folder.resolve()
+    if real in seen:
+        return []
+    seen.add(real)
+    out = []
+    for path in sorted(folder.iterdir()):
+        if _is_bag(path):
+            out.append(path)
+        elif path.is_dir():
+            out.extend(_walk(path, seen))
+    return out
 
 
 def _is_bag(path: Path) -> bool:
@@ -102,6 +113,25 @@ def open_bag(bag: Path, typestore: str, episode: str | None = None) -> Iterator[
         reader.close()
 
 
+@contextmanager
+def open_index(bag: Path) -> Iterator[Any]:
+    """An open rosbags reader without a type store (connections and receive times only: a ROS 1 bag's
+    index, a ROS 2 bag's metadata and summary), cheaper than `open_bag` for the plan's inventory."""
+    _anyreader()
+    from rosbags.rosbag1 import Reader as Reader1
+    from rosbags.rosbag2 import Reader as Reader2
+
+    try:
+        reader = (Reader1 if bag.suffix == ".bag" else Reader2)(bag)
+        reader.open()
+    except Exception as exc:  # noqa: BLE001 (any failure to open is a damaged or foreign file)
+        raise damaged(bag, exc) from exc
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
 def topic_types(reader: Any, bag: Path) -> dict[str, str]:  # noqa: ANN401
     """{topic: message type} with ROS 2 type names (rosbags normalises ROS 1 names); a topic recorded
     with two types is refused."""
@@ -126,7 +156,8 @@ def first_message(reader: Any, topic: str, bag: Path) -> Any | None:  # noqa: AN
 
 def receive_times(reader: Any, topics: Sequence[str], bag: Path) -> np.ndarray:  # noqa: ANN401
     """Receive times ([M] int64 ns) of every message on `topics`, in no particular order. A ROS 1 bag
-    has them in its index (nothing decompressed); other bags are read without deserialising."""
+    has them in its index (nothing decompressed); other bags are read without deserialising. `reader`:
+    from `open_index` or `open_bag`."""
     conns = [c for c in reader.connections if c.topic in set(topics)]
     try:
         indexes = [getattr(c.owner, "indexes", None) for c in conns]

@@ -1,0 +1,214 @@
+"""Conversion throughput against the cost of reading the source alone, in one run (machines are noisy:
+read the ratios, not the absolute rates).
+
+    python scripts/bench_convert.py                 # all three parts
+    python scripts/bench_convert.py --only ros      # lerobot | ros | media
+
+(a) LeRobot: the vendored real G1 episodes (LeRobot v2.1) replicated into a temporary dataset of
+    `--lerobot-episodes` episodes (Parquet files copied, videos symlinked: the converter references
+    videos, it never reads them), converted with `convert_lerobot`, against reading every episode's
+    Parquet file with pyarrow (`pq.read_table`, the limit). Frames/s.
+(b) ROS: `--ros-copies` links to the vendored Husky ROS 1 bag (and to its ROS 2 MCAP copy) in one
+    folder, converted with `convert_rosbag`, against opening each bag with rosbags' AnyReader and
+    deserialising every message (the limit). Messages/s.
+    (a) and (b) run with 1 and 2 workers; the read-only baseline with 2 workers runs on the same
+    process pool (robowds' executor), so both pay the same process start.
+(c) Media: `mux_jpegs` on real JPEG frames (G1 camera frames, 640x480, encoded once with PyAV's MJPEG
+    encoder, not timed) against writing the same bytes to a file; `encode_frames` FFV1 at 640x480 on
+    real G1 frames. Frames/s and MB/s, reported separately.
+
+Each measurement is the best of `--repeats` runs (wall clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+G1 = ROOT / "tests" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
+HUSKY = ROOT / "tests" / "data" / "real" / "rosbag1_real_clearpath_imu_odom_gps"
+G1_EPISODES = {1: 393, 2: 343}  # the vendored episodes and their frame counts
+
+
+def best(fn: Callable[[], Any], repeats: int) -> float:
+    """The fastest of `repeats` runs of fn, in seconds."""
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return min(times)
+
+
+def on_pool(fn: Callable[[Any], Any], items: list[Any], workers: int) -> None:
+    """fn over items on robowds' executor (in-process for 1 worker), results in order."""
+    from robowds.export.job.executor import make_executor
+
+    executor = make_executor(workers)
+    try:
+        for _ in executor.map_ordered(fn, iter(items)):
+            pass
+    finally:
+        executor.close()
+
+
+def read_parquet(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).num_rows
+
+
+def read_bag(path: Path) -> int:
+    """Every message of one bag deserialised with rosbags (what any ROS converter has to do)."""
+    from rosbags.highlevel import AnyReader
+
+    count = 0
+    with AnyReader([path]) as reader:
+        for conn, _, raw in reader.messages():
+            reader.deserialize(raw, conn.msgtype)
+            count += 1
+    return count
+
+
+def lerobot_dataset(root: Path, episodes: int) -> tuple[Path, list[Path], int]:
+    """A LeRobot v2.1 dataset of `episodes` episodes, each a copy of vendored episode 1 or 2."""
+    info = json.loads((G1 / "meta" / "info.json").read_text())
+    info["total_episodes"] = episodes
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    shutil.copy(G1 / "meta" / "tasks.jsonl", root / "meta" / "tasks.jsonl")
+    lines, files, frames = [], [], 0
+    key = "observation.images.cam_high"
+    for i in range(episodes):
+        src = 1 + i % 2
+        data = root / info["data_path"].format(episode_chunk=i // 1000, episode_index=i)
+        video = root / info["video_path"].format(episode_chunk=i // 1000, episode_index=i, video_key=key)
+        data.parent.mkdir(parents=True, exist_ok=True)
+        video.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(G1 / "data" / "chunk-000" / f"episode_{src:06d}.parquet", data)
+        video.symlink_to(G1 / "videos" / "chunk-000" / key / f"episode_{src:06d}.mp4")
+        lines.append(json.dumps({"episode_index": i, "tasks": ["Pick up the yellow bottle on the table."],
+                                 "length": G1_EPISODES[src]}))
+        files.append(data)
+        frames += G1_EPISODES[src]
+    (root / "meta" / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    return root, files, frames
+
+
+def bench_lerobot(tmp: Path, episodes: int, repeats: int) -> None:
+    from robowds.export.convert.lerobot import convert_lerobot
+
+    src, files, frames = lerobot_dataset(tmp / "lerobot", episodes)
+    print(f"(a) LeRobot v2.1: {episodes} episodes ({frames:,} frames) replicated from the vendored G1 episodes")
+    for workers in (1, 2):
+        read = best(lambda: on_pool(read_parquet, files, workers), repeats)
+
+        def convert() -> None:
+            convert_lerobot(src, tmp / "lerobot_store", overwrite=True, workers=workers)
+
+        conv = best(convert, repeats)
+        print(f"    workers={workers}: read-only {frames / read:>10,.0f} frames/s ({read:.2f} s)   convert "
+              f"{frames / conv:>10,.0f} frames/s ({conv:.2f} s)   ratio {read / conv:.2f}")
+
+
+def bench_ros(tmp: Path, copies: int, repeats: int) -> None:
+    from robowds.export.convert.rosbag import convert_rosbag
+
+    for name, source in (("ROS 1 bag (bz2 chunks)", HUSKY / "original" / "test1.bag"),
+                         ("ROS 2 MCAP (zstd chunks)", HUSKY / "derived_ros2_mcap" / "test1")):
+        folder = tmp / f"bags_{source.suffix or 'mcap'}"
+        folder.mkdir()
+        bags = []
+        for k in range(copies):
+            link = folder / (f"run_{k:02d}{source.suffix}")
+            link.symlink_to(source, target_is_directory=source.is_dir())
+            bags.append(link)
+        messages = read_bag(source) * copies
+        print(f"(b) {name}: {copies} links to the Husky recording ({messages:,} messages)")
+        for workers in (1, 2):
+            read = best(lambda: on_pool(read_bag, bags, workers), repeats)
+
+            def convert() -> None:
+                convert_rosbag(folder, tmp / "ros_store", overwrite=True, workers=workers)
+
+            conv = best(convert, repeats)
+            print(f"    workers={workers}: read-only {messages / read:>10,.0f} msg/s ({read:.2f} s)   convert "
+                  f"{messages / conv:>10,.0f} msg/s ({conv:.2f} s)   ratio {read / conv:.2f}")
+
+
+def g1_frames(count: int) -> np.ndarray:
+    """The first `count` frames of G1 episode 1 as RGB, [count, 480, 640, 3] uint8."""
+    import av
+
+    path = G1 / "videos" / "chunk-000" / "observation.images.cam_high" / "episode_000001.mp4"
+    out = []
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            out.append(frame.to_ndarray(format="rgb24"))
+            if len(out) == count:
+                break
+    return np.stack(out)
+
+
+def bench_media(tmp: Path, count: int, repeats: int) -> None:
+    import av
+
+    from robowds.export.media.encode import encode_frames, mux_jpegs
+
+    frames = g1_frames(count)  # [F, 480, 640, 3]
+    context = av.CodecContext.create("mjpeg", "w")
+    context.width, context.height, context.pix_fmt, context.time_base = 640, 480, "yuvj420p", Fraction(1, 30)
+    jpegs = [b"".join(bytes(p) for p in context.encode(av.VideoFrame.from_ndarray(f, format="rgb24")
+                                                       .reformat(format="yuvj420p"))) for f in frames]
+    times = np.arange(count) / 30.0
+    mb = sum(len(j) for j in jpegs) / 1e6
+
+    def write_bytes() -> None:
+        with (tmp / "jpegs.bin").open("wb") as f:
+            for j in jpegs:
+                f.write(j)
+
+    def mux() -> None:
+        mux_jpegs(jpegs, times, tmp / "mux.mkv", 640, 480)
+
+    raw, muxed = best(write_bytes, repeats), best(mux, repeats)
+    print(f"(c) MJPEG muxing: {count} real G1 frames as JPEG, 640x480, {mb:.1f} MB")
+    print(f"    write the bytes  {count / raw:>10,.0f} frames/s ({mb / raw:,.0f} MB/s)")
+    print(f"    mux_jpegs        {count / muxed:>10,.0f} frames/s ({mb / muxed:,.0f} MB/s)   ratio {raw / muxed:.2f}")
+    n = min(count, 60)
+    ffv1 = best(lambda: encode_frames(frames[:n], times[:n], tmp / "ffv1.mkv"), repeats)
+    size = (tmp / "ffv1.mkv").stat().st_size / 1e6
+    print(f"    FFV1 encode_frames 640x480: {n / ffv1:,.1f} frames/s ({n} frames, {size:.1f} MB, "
+          f"{frames[:n].nbytes / 1e6 / ffv1:.0f} MB/s of raw RGB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("lerobot", "ros", "media"), default=None)
+    parser.add_argument("--lerobot-episodes", type=int, default=200)
+    parser.add_argument("--ros-copies", type=int, default=4)
+    parser.add_argument("--jpeg-frames", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, repeats {args.repeats} (best of)")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.only in (None, "lerobot"):
+            bench_lerobot(Path(tmp), args.lerobot_episodes, args.repeats)
+        if args.only in (None, "ros"):
+            bench_ros(Path(tmp), args.ros_copies, args.repeats)
+        if args.only in (None, "media"):
+            bench_media(Path(tmp), args.jpeg_frames, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
