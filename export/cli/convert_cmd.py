@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from robowds.export.cli.export_cmd import add_executor_arguments, executor_choice
 from robowds.export.errors import UserError
 
 ALL_FORMATS = ("lerobot", "hdf5", "rlds", "rosbag", "clips")  # each has robowds.export.cli.convert_<format>
@@ -36,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         module.add_arguments(f)
         f.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
                        help="worker processes (1 = in-process); the store is identical for any count")
+        add_executor_arguments(f)
         f.add_argument("--skip-bad", action="store_true",
                        help="skip episodes that cannot be converted, list them in the report, and go on")
         f.add_argument("--overwrite", action="store_true", help="replace a store that robowds convert wrote")
@@ -50,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
+    choice = executor_choice(args)
     report = run_conversion(args.plan(args), args.store, overwrite=args.overwrite, workers=args.workers,
-                            skip_bad=args.skip_bad, progress=not (args.quiet or args.json))
+                            skip_bad=args.skip_bad, progress=not (args.quiet or args.json), executor=choice)
     print(json.dumps(report, indent=1, sort_keys=True) if args.json else summary(report, args.store, args.what(report)))
     return 0

@@ -6,8 +6,14 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from robowds.export.errors import UserError
+
+if TYPE_CHECKING:
+    from robowds.export.job.executor import ExecutorChoice
+
+EXECUTORS = ("local", "ray")  # export/job/executor.py: ExecutorChoice.kind
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,12 +29,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-order", action="store_true", help="do not shuffle windows (config shuffle=false)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: all cores; 1 = in-process); the output is identical")
+    add_executor_arguments(p)
     p.add_argument("--overwrite", action="store_true",
                    help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, "
                         "and only once the new export is complete; your own files stay)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=run)
+
+
+def add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    """`--executor` and `--address`, shared with `robowds convert`."""
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where tasks run: local processes, or Ray tasks (pip install 'robowds[ray]'; a local "
+                        "Ray instance of --workers CPUs, or the cluster at --address); the output is identical")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --executor ray: the Ray cluster to run on (auto, HOST:PORT or ray://HOST:10001; "
+                        "its CPUs replace --workers); the store and the output folder must be on storage "
+                        "every node mounts at the same path")
+
+
+def executor_choice(args: argparse.Namespace) -> ExecutorChoice:
+    """The backend the command line picked (imported here: the parser must not load the job)."""
+    from robowds.export.job.executor import ExecutorChoice
+
+    if args.address and args.executor != "ray":
+        raise UserError(f"--address {args.address} needs --executor ray", hint="add --executor ray, or drop --address")
+    return ExecutorChoice(args.executor, args.address)
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
@@ -46,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
+    choice = executor_choice(args)
     config = load_config(args.config, overrides(args))
     summary = run_export(args.store, args.out, config, workers=args.workers, overwrite=args.overwrite,
-                         progress=not (args.quiet or args.json))
+                         progress=not (args.quiet or args.json), executor=choice)
     print(json.dumps(summary.to_json(), indent=1) if args.json else summary.line())
     return 0

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from robowds.export.convert.episode_store import FieldSpec, arrow_table, store_yaml
 from robowds.export.convert.store_writer import write_store
 from robowds.export.errors import UserError
-from robowds.export.job.executor import make_executor
+from robowds.export.job.executor import LOCAL, ExecutorChoice
 
 MAX_SKIPPED_LISTED = 5  # episodes named in the summary line; the report lists them all
 
@@ -66,10 +66,11 @@ def _run_one(job: _Task) -> dict[str, Any] | UserError:
         raise
 
 
-def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, workers: int = 1,
-                   skip_bad: bool = False, progress: bool = False) -> dict[str, Any]:
+def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, workers: int = 1, skip_bad: bool = False,
+                   progress: bool = False, executor: ExecutorChoice = LOCAL) -> dict[str, Any]:
     """Convert every task of `conv` into a new store at `store`; returns the report (also written as
-    `store/convert_report.json`)."""
+    `store/convert_report.json`). `executor` picks where the tasks run; the store's bytes are the same."""
+    executor.check_available()  # before anything is written
     if not conv.tasks:
         raise UserError(f"{conv.source}: no episodes to convert"
                         + (f" ({len(conv.skipped)} skipped, see below)" if conv.skipped else ""),
@@ -79,10 +80,11 @@ def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, worke
         (folder / "media").mkdir()
         skipped, notes = list(conv.skipped), []
         writer, count = None, 0
-        executor = make_executor(workers)
+        runner = executor.make(workers)
         try:
+            runner.check_shared(folder, [conv.source, *conv.media_roots])  # tasks read these, write into folder
             jobs = (_Task(conv.convert, task, folder, skip_bad) for task in conv.tasks)
-            results = executor.map_ordered(_run_one, jobs)
+            results = runner.map_ordered(_run_one, jobs)
             for task, row in tqdm(zip(conv.tasks, results), total=len(conv.tasks), desc="convert", unit="ep",
                                   disable=not progress):
                 if isinstance(row, UserError):
@@ -96,7 +98,7 @@ def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, worke
                 writer.write_table(table)
                 count += 1
         finally:
-            executor.close()
+            runner.close()
             if writer is not None:
                 writer.close()
         if count == 0:

@@ -1,11 +1,12 @@
-"""Where map and reduce tasks run: in-process or in a local process pool (a cluster backend is planned).
+"""Where map and reduce tasks run: in-process, in a local process pool, or as Ray tasks on a cluster.
 
 The interface is `map_unordered(fn, items)`, yielding results as tasks finish, and `map_ordered`,
 yielding them in task order (converters write their store in source order, so the bytes never depend
 on the worker count). Tasks are
 top-level functions of picklable arguments whose results carry their own identity, so the job's output
-never depends on completion order or on the backend. A Ray backend (planned, not written yet) would
-implement the same method with `ray.remote` tasks, imported lazily as an optional extra.
+never depends on completion order or on the backend. `ExecutorChoice` is what the command line picks
+(`--executor local|ray`, `--address`); the Ray backend lives in `ray_executor.py` and is imported only
+when chosen, so Ray stays an optional extra (`robowds[ray]`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import multiprocessing
 import os
 import threading
 from collections import deque
+from dataclasses import dataclass
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -23,9 +26,15 @@ R = TypeVar("R")
 
 
 class Executor(Protocol):
+    workers: int  # tasks that run at once: the job sizes its batches of episodes by it
+
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
 
     def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
+
+    def check_shared(self, folder: Path, read: Iterable[Path] = ()) -> None:
+        """Raise UserError unless every machine that runs tasks sees `folder` (tasks write there) and
+        the paths in `read` (tasks read them) as this process does: a no-op on one machine."""
 
     def close(self) -> None: ...
 
@@ -33,11 +42,16 @@ class Executor(Protocol):
 class InlineExecutor:
     """Runs tasks one after the other in this process (workers = 1; easiest to debug)."""
 
+    workers = 1
+
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         for item in items:
             yield fn(item)
 
     map_ordered = map_unordered  # one task at a time: completion order is task order
+
+    def check_shared(self, folder: Path, read: Iterable[Path] = ()) -> None:
+        pass  # this process is the only one
 
     def close(self) -> None:
         pass
@@ -104,11 +118,50 @@ class ProcessExecutor:
         while pending:
             yield pending.popleft().result()
 
+    def check_shared(self, folder: Path, read: Iterable[Path] = ()) -> None:
+        pass  # workers on this machine see its file system
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._keepalive.close()  # after shutdown: closing it first would end workers mid-task
         self._lifeline.close()
 
 
-def make_executor(workers: int) -> Executor:
-    return InlineExecutor() if workers <= 1 else ProcessExecutor(workers)
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """Which backend runs the tasks (`--executor`, `--address`); the output is the same bytes for each.
+
+    `local`: in-process for 1 worker, else a process pool. `ray`: Ray tasks, on a new local Ray
+    instance of `workers` CPUs, or on the cluster at `address` (what `ray.init(address=...)` takes),
+    or on the Ray this process already initialised; a task whose worker process died is re-run up to
+    `max_retries` times (tasks are idempotent: a step is done iff its output exists under its final
+    name)."""
+
+    kind: str = "local"  # or "ray"
+    address: str | None = None
+    max_retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("local", "ray"):
+            raise ValueError(f"executor kind must be 'local' or 'ray', got {self.kind!r}")
+
+    def check_available(self) -> None:
+        """Fail before anything is written when the backend cannot run here (Ray not installed)."""
+        if self.kind == "ray":
+            from robowds.export.job.ray_executor import import_ray
+
+            import_ray()
+
+    def make(self, workers: int) -> Executor:
+        if self.kind == "ray":
+            from robowds.export.job.ray_executor import RayExecutor
+
+            return RayExecutor(workers, address=self.address, max_retries=self.max_retries)
+        return InlineExecutor() if workers <= 1 else ProcessExecutor(workers)
+
+
+LOCAL = ExecutorChoice()
+
+
+def make_executor(workers: int, choice: ExecutorChoice = LOCAL) -> Executor:
+    return choice.make(workers)

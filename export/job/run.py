@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from robowds.export import __version__
 from robowds.export.errors import UserError
-from robowds.export.job.executor import make_executor
+from robowds.export.job.executor import LOCAL, ExecutorChoice
 from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
 from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
@@ -114,8 +114,11 @@ def _batches(items: list[str], size: int) -> Iterable[list[str]]:
 
 
 def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1, overwrite: bool = False,
-               progress: bool = True) -> Summary:
+               progress: bool = True, executor: ExecutorChoice = LOCAL) -> Summary:
+    """`executor` picks where the tasks run (the bytes are the same for every choice); `workers` is the
+    process pool's size, or the CPUs of a new local Ray instance."""
     began = time.perf_counter()
+    executor.check_available()  # before anything is written
     store, out = Path(store).resolve(), Path(out).resolve()
     if out == store or store in out.parents:  # the store's fingerprint would change with every run
         raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
@@ -134,7 +137,7 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
     job = replace(job, work=str(work))
     try:
-        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began)
+        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor)
     except OSError as exc:
         raise os_error(exc, "export", out, work) from exc
     except UserError as exc:
@@ -145,13 +148,14 @@ def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1,
 
 
 def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source: str, job_id: str, out: Path,
-         work: Path, workers: int, progress: bool, began: float) -> Summary:
+         work: Path, workers: int, progress: bool, began: float, choice: ExecutorChoice) -> Summary:
     """Map, reduce and publish into a prepared work folder."""
     schema = job.schema
-    executor = make_executor(workers)
+    executor = choice.make(workers)
     try:
+        executor.check_shared(work, [schema.root, *schema.media_roots])  # tasks read these, write into work
         ids = schema.episode_ids
-        per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * workers)))
+        per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * executor.workers)))
         with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
             for done in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
                 bar.update(len(done))
