@@ -13,19 +13,21 @@ import hashlib
 import itertools
 import os
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from robowds.reader.fetch import MAX_REQUEST_BYTES
 from robowds.reader.format import ShardFormatError
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import shards_of
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, worker_count
 from robowds.reader.remote import RetryPolicy
+from robowds.reader.shard_cache import ShardCache
 from robowds.reader.source import ShardReadError, ShardSource, load_manifest
 
 STATE_VERSION = 1
@@ -68,7 +70,9 @@ class ShardDataset(IterableDataset):
                  collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None, rank: int | None = None,
                  world_size: int | None = None, transform: Transform | None = None, verify: bool = False,
                  on_error: str = "raise", storage_options: dict[str, Any] | None = None,
-                 video_layout: str = "THWC", retry: RetryPolicy | None = None) -> None:
+                 video_layout: str = "THWC", retry: RetryPolicy | None = None,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, cache_dir: str | os.PathLike[str] | None = None,
+                 cache_limit_bytes: int | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if video_layout not in ("THWC", "TCHW"):
@@ -77,6 +81,8 @@ class ShardDataset(IterableDataset):
             raise ValueError("on_error must be 'raise' or 'skip'")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if max_request_bytes < 0:
+            raise ValueError("max_request_bytes must be >= 0 (0: one request per sample)")
         self.retry = retry or RetryPolicy()  # remote reads: attempts and backoff (reader/remote.py)
         self.manifest, self.base = load_manifest(source, storage_options, self.retry)
         self.split = split
@@ -88,6 +94,9 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
         self.transform, self.on_error, self.storage_options = transform, on_error, storage_options
         self.verify = {s.path: s.sha256 for s in self.shards} if verify else None
+        # remote reads: coalesced requests (reader/fetch.py), an optional node cache (reader/shard_cache.py)
+        self.max_request_bytes = int(max_request_bytes)
+        self.cache = ShardCache(os.fspath(cache_dir), cache_limit_bytes) if cache_dir is not None else None
         self.members = MemberSet.from_schema(self.manifest["schema"])  # what every sample must hold
         self.cameras = ([n for n, s in self.manifest["schema"].items() if s.get("kind") == "video"]
                         if video_layout == "TCHW" else [])
@@ -206,7 +215,9 @@ class ShardDataset(IterableDataset):
         share -= done
         items = -(-share // unit)  # what this pass hands out: samples, or batches
         last = items - 1 if workers == 1 else -1  # the item after which this copy moves to the next epoch
-        source = ShardSource(self.base, self.storage_options, self.verify, self.retry)
+        source = ShardSource(self.base, self.storage_options, self.verify, self.retry, cache=self.cache,
+                             shards=self.shards, max_request_bytes=self.max_request_bytes,
+                             jitter_key=f"{self.rank}/{worker}")
         chunks = self.plan().worker_ids(length, self.start, self.batch_size, workers, worker, skip=done)
         samples = self._samples(source, (i for chunk in chunks for i in chunk.tolist()))
         if self.collate_fn is None:
@@ -250,42 +261,43 @@ class ShardDataset(IterableDataset):
         return batches > 0 and (batches - 1) % workers == worker
 
     def _samples(self, source: ShardSource, ids: Iterator[int]) -> Iterator[dict[str, Any] | None]:
-        """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding by up to
-        READ_AHEAD samples and READ_AHEAD_BYTES: remote ones in READ_THREADS threads (the GIL is
-        released while they wait), local ones as read-ahead hints to the kernel for the mapped shard,
-        so disk or network time overlaps decoding. Samples that repeat the member layout of an earlier
-        one decode through that layout (`reader/layout.py`); the others through the checked tar walk.
+        """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding: remote ones
+        as coalesced requests in READ_THREADS threads (the GIL is released while they wait;
+        `ShardSource.read_ahead`), local and node-cached ones by up to READ_AHEAD samples and
+        READ_AHEAD_BYTES as read-ahead hints to the kernel for the mapped shard (and downloads into the
+        node cache), so disk or network time overlaps decoding. Samples that repeat the member layout
+        of an earlier one decode through that layout (`reader/layout.py`); the others through the
+        checked tar walk.
         A sample whose shard index cannot be had (missing, refused) is an error entry in the window,
         raised or skipped in its turn like a bad sample."""
         decoder = SampleDecoder(self.members)
-        with ThreadPoolExecutor(max_workers=READ_THREADS if source.remote else 1) as pool:
-            window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, Future | (path, stop))
-            ahead = 0  # bytes in `window`
-            upcoming = iter(ids)
-            waiting = next(upcoming, None)  # the next sample id not yet in `window`
-            while True:
-                while waiting is not None and len(window) < READ_AHEAD:
-                    try:
-                        shard, start, stop = self._locate(waiting, source)
-                    except ShardReadError as exc:
-                        window.append((None, 0, 0, exc))
-                        waiting = next(upcoming, None)
-                        continue
-                    if window and ahead + stop - start > READ_AHEAD_BYTES:
-                        break
-                    if source.remote:
-                        pending: Any = pool.submit(source.span, shard.path, start, stop)
-                    else:
-                        source.prefetch(shard.path, start, stop)
-                        pending = (shard.path, stop)
-                    window.append((shard, start, stop - start, pending))
-                    ahead += stop - start
-                    waiting = next(upcoming, None)
-                if not window:
-                    return
-                shard, start, size, pending = window.popleft()
-                ahead -= size
+        if not source.mapped:
+            for shard, start, size, pending in source.read_ahead(ids, lambda i: self._locate(i, source), READ_THREADS):
                 yield self._decode(source, decoder, shard, start, size, pending)
+            return
+        window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, (path, stop) | error)
+        ahead = 0  # bytes in `window`
+        upcoming = iter(ids)
+        waiting = next(upcoming, None)  # the next sample id not yet in `window`
+        while True:
+            while waiting is not None and len(window) < READ_AHEAD:
+                try:
+                    shard, start, stop = self._locate(waiting, source)
+                except ShardReadError as exc:
+                    window.append((None, 0, 0, exc))
+                    waiting = next(upcoming, None)
+                    continue
+                if window and ahead + stop - start > READ_AHEAD_BYTES:
+                    break
+                source.prefetch(shard.path, start, stop)
+                window.append((shard, start, stop - start, (shard.path, stop)))
+                ahead += stop - start
+                waiting = next(upcoming, None)
+            if not window:
+                return
+            shard, start, size, pending = window.popleft()
+            ahead -= size
+            yield self._decode(source, decoder, shard, start, size, pending)
 
     def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,
                 pending: Any) -> dict[str, Any] | None:

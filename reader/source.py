@@ -12,7 +12,10 @@ manifest's `index_sha256` when the shard is first read, then kept in a bounded c
 version 1 manifest), so resuming never replays consumed data. `pipe:`
 URLs (which run a shell command, as webdataset allows) are refused: random access needs ranged reads,
 which fsspec URLs give without running anything. Remote reads are retried on transient faults
-(`reader/remote.py`); one that fails for good is a `ShardReadError` naming shard, byte range and URL.
+(`reader/remote.py`); one that fails for good is a `ShardReadError` naming shard, byte range, length and
+URL. Remote samples are fetched ahead in plan order, neighbours joined into one request of at most
+`max_request_bytes` (`read_ahead`, `reader/fetch.py`); with a node cache (`reader/shard_cache.py`) whole
+shards are downloaded once into a local folder and then mapped like local ones.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import os
 import posixpath
 import threading
 from collections import OrderedDict
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from robowds.reader.manifest import (INDEX_DTYPE, MANIFEST_NAME, ManifestError, ShardIndexError, ShardInfo,
                                      parse_manifest, shard_index)
+from robowds.reader.fetch import MAX_REQUEST_BYTES, fetch_in_order
 from robowds.reader.remote import ObjectTruncated, RangeReader, RemoteReadError, RetryPolicy, s3_filesystem
+from robowds.reader.shard_cache import ShardCache, ShardCacheError
 
 MAX_OPEN = 64
 INDEX_CACHE_ENTRIES = 1 << 21  # offsets kept per source (16 MB): ~2000 shards of 1000 samples
@@ -81,13 +87,24 @@ def load_manifest(source: str | os.PathLike[str], storage_options: dict[str, Any
 
 
 class ShardSource:
-    """Byte ranges of shards under one base (a folder or URL prefix); one per DataLoader worker."""
+    """Byte ranges of shards under one base (a folder or URL prefix); one per DataLoader worker.
+
+    `cache` (remote bases only) serves whole shards from a node-local folder, downloaded on first use
+    (`shards` gives their sizes and sha256); `max_request_bytes` bounds a coalesced remote request
+    (0: one request per sample); `jitter_key` (rank, worker) spreads the retries of different readers."""
 
     def __init__(self, base: str, storage_options: dict[str, Any] | None = None,
-                 verify: dict[str, str] | None = None, retry: RetryPolicy | None = None) -> None:
+                 verify: dict[str, str] | None = None, retry: RetryPolicy | None = None, *,
+                 cache: ShardCache | None = None, shards: Sequence[ShardInfo] = (),
+                 max_request_bytes: int = MAX_REQUEST_BYTES, jitter_key: str = "") -> None:
         _check_pipe(base)
         self.base = base
         self.remote = _is_url(base)
+        self.cache = cache if self.remote else None  # local shards are read in place
+        self.mapped = self.cache is not None or not self.remote  # samples are views of mapped files
+        self.max_request_bytes, self.jitter_key = int(max_request_bytes), jitter_key
+        self._shards = {s.path: s for s in shards} if self.cache is not None else {}
+        self._downloads: dict[str, Future] = {}  # shard path -> its file, downloading (prefetch)
         self.storage_options = storage_options or {}
         self.verify = verify or {}  # shard path -> sha256 to check before the first read
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
@@ -159,7 +176,7 @@ class ShardSource:
             with self._verify_lock:
                 if path not in self._verified:
                     self._check_sha(path)
-        if self.remote:
+        if not self.mapped:
             data: bytes | mmap.mmap = self._remote_range(path, start, stop)
             have, offset = len(data), 0
         else:
@@ -170,9 +187,29 @@ class ShardSource:
                                  f"(wanted bytes {start}-{stop})")
         return data, offset
 
+    def read_ahead(self, ids: Iterable[int], locate: Callable[[int], tuple[ShardInfo, int, int]],
+                   threads: int) -> Iterator[tuple[ShardInfo | None, int, int, Future | BaseException]]:
+        """Remote samples `ids` in order as (shard, start, size, future of (buffer, offset)), fetched
+        ahead in `threads` threads, neighbours coalesced into requests of <= max_request_bytes; a sample
+        that cannot be located (its index is unreadable) is (None, 0, 0, ShardReadError)."""
+        def located() -> Iterator[tuple[ShardInfo, int, int] | BaseException]:
+            for sample_id in ids:
+                try:
+                    yield locate(sample_id)
+                except ShardReadError as exc:
+                    yield exc
+
+        return fetch_in_order(located(), lambda shard, start, stop: self.span(shard.path, start, stop),
+                              key=lambda shard: shard.path, threads=threads, max_request_bytes=self.max_request_bytes,
+                              alone=lambda exc: isinstance(exc.__cause__, ObjectTruncated))
+
     def prefetch(self, path: str, start: int, stop: int) -> None:
-        """Start reading bytes [start, stop) of a local shard into the page cache, asynchronously."""
-        if self.remote or stop - start < PREFETCH_MIN or not hasattr(mmap, "MADV_WILLNEED"):
+        """Start reading bytes [start, stop) of a local shard into the page cache, asynchronously; with
+        a node cache, start downloading a shard not yet there."""
+        if self.cache is not None and path not in self._maps:
+            self._download_soon(path)
+            return
+        if not self.mapped or stop - start < PREFETCH_MIN or not hasattr(mmap, "MADV_WILLNEED"):
             return
         low = start - start % mmap.PAGESIZE  # madvise wants a page-aligned start
         mm = self._map(path)
@@ -185,19 +222,58 @@ class ShardSource:
             if mm is not None:
                 self._maps.move_to_end(path)
                 return mm
-            try:
-                with open(self.location(path), "rb") as fh:
-                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError) as exc:
-                raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
+            download = self._downloads.pop(path, None)
+        try:  # outside the lock: a download may take a while
+            if self.cache is not None:
+                fh = download.result() if download is not None else self._open_cached(path)
+            else:
+                fh = open(self.location(path), "rb")
+            with fh:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ShardReadError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
+        with self._lock:
             self._maps[path] = mm
             if len(self._maps) > MAX_OPEN:
                 self._maps.popitem(last=False)  # not closed: arrays may still view it; GC unmaps it
-            return mm
+        return mm
+
+    def _open_cached(self, path: str) -> BinaryIO:
+        """The node cache's copy of a remote shard, downloaded first if absent (ranged reads, retried).
+        A copy that does not match the manifest is remembered like a failed sha256 check."""
+        if path in self._corrupt:
+            raise ShardReadError(self._corrupt[path])
+        assert self.cache is not None
+        shard = self._shards[path]
+        try:
+            return self.cache.open(shard.sha256, shard.bytes, lambda start, stop: self._remote_range(path, start, stop))
+        except ShardCacheError as exc:
+            self._corrupt[path] = f"shard {path}: byte 0: {self.location(path)}: {exc}"
+            raise ShardReadError(self._corrupt[path]) from exc
+
+    def _download_soon(self, path: str) -> None:
+        """Download a shard into the node cache in a background thread (once per source)."""
+        with self._lock:
+            if path in self._downloads or path in self._maps:
+                return
+            future: Future = Future()
+            self._downloads[path] = future
+
+        def run() -> None:
+            try:
+                future.set_result(self._open_cached(path))
+            except BaseException as exc:  # noqa: BLE001 - raised where the shard is mapped
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="robowds-cache-download", daemon=True).start()
 
     def _remote(self) -> RangeReader:
-        if self._reader is None:  # made in the process that reads (a DataLoader worker), not pickled into it
-            self._reader = RangeReader(remote_filesystem(self.base, self.storage_options), self.retry)
+        with self._lock:  # made in the process that reads (a DataLoader worker), not pickled into it
+            if self._reader is None:
+                self._reader = RangeReader(remote_filesystem(self.base, self.storage_options), self.retry,
+                                           jitter_key=self.jitter_key)
         return self._reader
 
     def _remote_range(self, path: str, start: int, stop: int) -> bytes:
@@ -209,7 +285,7 @@ class ShardSource:
             raise ShardReadError(f"shard {path}: byte {exc.size}: shard is truncated (wanted bytes {start}-{stop} "
                                  f"of {url}, {exc})") from exc
         except RemoteReadError as exc:
-            raise ShardReadError(f"shard {path}: bytes {start}-{stop} of {url}: {exc}") from exc
+            raise ShardReadError(f"shard {path}: bytes {start}-{stop} ({stop - start} bytes) of {url}: {exc}") from exc
 
     def _check_sha(self, path: str) -> None:
         """Hash the shard once and remember the verdict: with on_error="skip" every sample of a corrupt
@@ -218,7 +294,7 @@ class ShardSource:
             raise ShardReadError(self._corrupt[path])
         self.hashed += 1
         digest = hashlib.sha256()
-        if self.remote:  # in ranged reads, each retried: [0, size) in 4 MiB pieces, memory stays 4 MiB
+        if not self.mapped:  # in ranged reads, each retried: [0, size) in 4 MiB pieces, memory stays 4 MiB
             url = self.location(path)
             try:
                 size = self._remote().size(url)
