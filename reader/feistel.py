@@ -12,8 +12,9 @@ walk follows the cycle of a permutation through the start value, and takes fewer
 average since size > 4**h / 4). Each round maps (L, R) -> (R, L xor F(R, k_i)) with F = splitmix64's
 finaliser of R xor k_i, cut to h bits; a Feistel round is a bijection whatever F is, so the network is
 one too. `ROUNDS` = 8 rounds: Luby-Rackoff needs 4 with random round functions, the extra rounds
-cover the small half widths (h = 6 for a block of 4096). Keys are per element, so one call permutes
-many blocks, each under its own key.
+cover the small half widths (h = 6 for a block of 4096). Round keys are per element (`schedule`
+turns one key per block into its round keys, once per block), so one call permutes many blocks,
+each under its own key.
 
 Pure numpy on uint64 arrays (wrapping arithmetic); every function is vectorised over its input [P].
 """
@@ -51,8 +52,14 @@ def half_bits(size: int) -> int:
     return (max(size - 1, 0).bit_length() + 1) // 2
 
 
-def _encrypt(x: np.ndarray, h: int, round_keys: list[np.ndarray]) -> np.ndarray:
-    """The Feistel network on 2h-bit values x [P] uint64 under per-element round keys ([P] each)."""
+def schedule(keys: np.ndarray, rounds: int = ROUNDS) -> np.ndarray:
+    """The round keys of each key: [K] uint64 -> [rounds, K] uint64."""
+    salts = np.asarray([(r + 1) * _GOLDEN_INT & _MASK64 for r in range(rounds)], dtype=np.uint64)  # [rounds]
+    return mix64(keys[None, :] ^ salts[:, None])
+
+
+def _encrypt(x: np.ndarray, h: int, round_keys: np.ndarray) -> np.ndarray:
+    """The Feistel network on 2h-bit values x [P] uint64 under per-element round keys [rounds, P]."""
     shift, mask = np.uint64(h), np.uint64((1 << h) - 1)
     left, right = x >> shift, x & mask  # [P], [P]
     for key in round_keys:
@@ -60,17 +67,17 @@ def _encrypt(x: np.ndarray, h: int, round_keys: list[np.ndarray]) -> np.ndarray:
     return (left << shift) | right
 
 
-def permute(index: np.ndarray, size: int, keys: np.ndarray, rounds: int = ROUNDS) -> np.ndarray:
-    """The keyed permutation of [0, size) at `index` [P] (each in [0, size)), element i under
-    `keys[i]` [P] uint64: [P] int64. For one key, `permute(arange(size), size, key)` is a permutation."""
+def permute(index: np.ndarray, size: int, round_keys: np.ndarray) -> np.ndarray:
+    """The keyed permutation of [0, size) at `index` [P] (each in [0, size)), element i under the
+    round keys `round_keys[:, i]` ([rounds, P] uint64, from `schedule`): [P] int64. For one key k,
+    `permute(arange(size), size, schedule(k)[:, zeros(size)])` is a permutation of range(size)."""
     index = np.asarray(index, dtype=np.int64)
     if size <= 1 or not len(index):
         return index.copy()
     h = half_bits(size)
-    round_keys = [mix64(keys ^ np.uint64((r + 1) * _GOLDEN_INT & _MASK64)) for r in range(rounds)]  # rounds x [P]
     out = _encrypt(index.astype(np.uint64), h, round_keys)  # [P] in [0, 4**h)
     outside = np.flatnonzero(out >= np.uint64(size))  # cycle walking: at most a few passes
     while len(outside):
-        out[outside] = _encrypt(out[outside], h, [k[outside] for k in round_keys])
+        out[outside] = _encrypt(out[outside], h, round_keys[:, outside])
         outside = outside[out[outside] >= np.uint64(size)]
     return out.astype(np.int64)

@@ -41,7 +41,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from robowds.reader.feistel import derive_keys, permute
+from robowds.reader.feistel import derive_keys, permute, schedule
 
 POLICIES = ("pad", "drop")
 _PLAN_SALT = 0x7E5  # keeps plan streams apart from other uses of the same seed
@@ -97,14 +97,19 @@ class EpochOrder:
             return positions.copy()
         blocks = positions // self.block  # [P]
         within = positions - blocks * self.block  # [P]
-        keys = derive_keys(self._key, blocks)  # [P] one key per block
-        out = np.empty_like(positions)
+        lo, hi = int(blocks.min()), int(blocks.max())
+        if hi - lo < len(blocks):  # a chunk covers few blocks: round keys once per block, then gathered
+            round_keys = schedule(derive_keys(self._key, np.arange(lo, hi + 1)))[:, blocks - lo]  # [rounds, P]
+        else:
+            round_keys = schedule(derive_keys(self._key, blocks))  # [rounds, P]
         last = (self.size - 1) // self.block  # the only block that may be short
+        if hi < last or self.size % self.block == 0:  # every block full: one call
+            return blocks * self.block + permute(within, self.block, round_keys)
+        out = np.empty_like(positions)
         tail = blocks == last
-        short = self.size - last * self.block
-        for mask, size in ((~tail, self.block), (tail, short)):
+        for mask, size in ((~tail, self.block), (tail, self.size - last * self.block)):
             if mask.any():
-                out[mask] = blocks[mask] * self.block + permute(within[mask], size, keys[mask])
+                out[mask] = blocks[mask] * self.block + permute(within[mask], size, round_keys[:, mask])
         return out
 
 

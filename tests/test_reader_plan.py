@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robowds.reader.feistel import derive_keys, permute
+from robowds.reader.feistel import derive_keys, permute, schedule
 from robowds.reader.plan import (PlanSpec, RankPlan, Topology, epoch_order, rank_sequence, split_ranks, worker_chunks,
                                  worker_count, worker_positions)
 
@@ -228,7 +228,7 @@ def test_worker_chunks_resume_anywhere(length: int, start: int, batch: int, work
 @given(st.integers(1, 5000), st.integers(0, 2**63 - 1), st.integers(0, 2**40))
 @settings(max_examples=100, deadline=None)
 def test_feistel_is_a_permutation_for_any_size(size: int, base: int, label: int) -> None:
-    keys = derive_keys(base, np.full(size, label))
+    keys = schedule(derive_keys(base, np.full(size, label)))  # [rounds, size]
     out = permute(np.arange(size), size, keys)
     assert out.dtype == np.int64 and sorted(out.tolist()) == list(range(size))
 
@@ -239,7 +239,7 @@ def test_feistel_positions_are_uniform_and_keys_matter() -> None:
     the same permutation of 100 (a uniform shuffle: 100! possibilities)."""
     size, trials = 100, 20_000
     index = np.tile(np.arange(size), trials)  # [T * size]
-    out = permute(index, size, derive_keys(9, np.repeat(np.arange(trials), size))).reshape(trials, size)
+    out = permute(index, size, schedule(derive_keys(9, np.repeat(np.arange(trials), size)))).reshape(trials, size)
     table = np.stack([np.bincount(out[:, j], minlength=size) for j in range(size)])  # [size, size]
     expected = trials / size
     chi2 = float(((table - expected) ** 2 / expected).sum())
