@@ -26,6 +26,7 @@ from pathlib import Path
 from robowds.export.cli.main import main as robowds
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset
+from robowds.reader.source import ShardSource
 
 
 def drop_caches() -> None:
@@ -48,8 +49,9 @@ def plan_order_limit(out: Path, block: int) -> int:
     A shuffled plan reads 512 KB ranges in random order, which a disk serves slower than one stream."""
     dataset = ShardDataset(out, "train", seed=0, block=block)
     ranges = []
+    source = ShardSource(dataset.base)  # reads each shard's offset index once
     for sample_id in dataset.sequence().tolist():
-        shard, start, stop = dataset._locate(sample_id)
+        shard, start, stop = dataset._locate(sample_id, source)
         ranges.append((str(out / shard.path), start, stop))
     fds = {path: os.open(path, os.O_RDONLY) for path, _, _ in ranges}
     try:

@@ -92,6 +92,7 @@ from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset, ShardLoader
 from robowds.reader.collation import collate
 from robowds.reader.format import BLOCK, iter_members, parse_npy_header
+from robowds.reader.manifest import read_local_index
 from robowds.reader.plan import PlanSpec, rank_sequence
 
 PAGE = 4096
@@ -319,9 +320,10 @@ def plan_spans(ex: Export) -> Spans:
     shard, start, stop = [], [], []
     arrays: dict[str, tuple[np.dtype, tuple[int, ...], list[int]]] = {}
     maps: dict[int, mmap.mmap] = {}
+    indexes = [read_local_index(ex.out, shard).tolist() for shard in ds.shards]  # [S] x [samples + 1]
     for sample_id in ds.sequence().tolist():
         k = int(np.searchsorted(first, sample_id, side="right")) - 1
-        a, b = ds.shards[k].sample_span(sample_id - int(first[k]))
+        a, b = indexes[k][sample_id - int(first[k])], indexes[k][sample_id - int(first[k]) + 1]
         shard.append(k)
         start.append(a)
         stop.append(b)
