@@ -30,7 +30,7 @@ from robowds.reader.remote import RetryPolicy
 from robowds.reader.shard_cache import ShardCache
 from robowds.reader.source import ShardReadError, ShardSource, load_manifest
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the per-position plan (reader/plan.py); 1: the materialising plan, another shuffled order
 READ_AHEAD = 64  # at most this many samples read ahead of decoding ...
 READ_AHEAD_BYTES = 16 << 20  # ... and at most this many bytes (at least one sample)
 READ_THREADS = 8  # remote reads in flight (they wait on the network, not the CPU)
@@ -161,8 +161,15 @@ class ShardDataset(IterableDataset):
 
     def load_cursor(self, state: dict[str, Any]) -> None:
         """Continue where `state` stopped; a different world size re-plans the rest of the epoch."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"cursor version {state.get('version')!r} is not {STATE_VERSION}")
+        version = state.get("version")
+        same_order = version == 1 and (not state.get("shuffle") or (not state.get("consumed") and not state.get("history")))
+        if version == 1 and not same_order:
+            raise ValueError(
+                f"this cursor (version 1) was saved in the middle of epoch {state.get('epoch')} by an earlier robowds "
+                "whose shuffled order differs from this one's: resuming it would repeat some samples of that epoch and "
+                f"skip others. Start the next epoch instead: a new dataset with set_epoch({state.get('epoch', 0) + 1})")
+        if version != STATE_VERSION and not same_order:
+            raise ValueError(f"cursor version {version!r} is not {STATE_VERSION}")
         mine = self.cursor()
         for key in ("split", "samples", "seed", "shuffle", "block", "policy"):
             if state[key] != mine[key]:

@@ -246,3 +246,27 @@ def test_feistel_positions_are_uniform_and_keys_matter() -> None:
     dof = (size - 1) ** 2
     assert abs(chi2 - dof) / np.sqrt(2 * dof) < 4, chi2
     assert len({tuple(row) for row in out[:200].tolist()}) == 200
+
+
+def test_cursor_of_the_materialising_plan(tmp_path: Path) -> None:
+    """A version 1 cursor (the plan before this one, another shuffled order) loads at an epoch start
+    or unshuffled, where both orders agree; saved mid-epoch with shuffling it is refused, saying why."""
+    import pytest
+
+    from robowds.reader import ShardDataset
+
+    from exports import export_synthetic
+
+    out = export_synthetic(tmp_path, 3, 1)
+    ds = ShardDataset(out, "train", seed=2)
+    state = {**ds.cursor(), "version": 1, "epoch": 3}
+    ds.load_cursor(state)
+    assert (ds.epoch, ds.start) == (3, 0)
+    unshuffled = ShardDataset(out, "train", shuffle=False)
+    unshuffled.load_cursor({**unshuffled.cursor(), "version": 1, "consumed": 5})
+    assert unshuffled.start == 5
+    with pytest.raises(ValueError, match=r"^this cursor \(version 1\) was saved in the middle of epoch 3 .* "
+                                         r"set_epoch\(4\)$"):
+        ds.load_cursor({**state, "consumed": 5})
+    with pytest.raises(ValueError, match="cursor version 7 is not 2"):
+        ds.load_cursor({**state, "version": 7})
