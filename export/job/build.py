@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -184,11 +184,11 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     for lo in range(0, len(anchors), chunk_size):
         chunk = anchors[lo:lo + chunk_size]  # [W]
         values, masks = {}, {}
-        frames = {}
+        picks = {}  # camera -> frame index [W, n]: windows are built from the camera's held frames
         for name, camera in cameras.items():
             q = query_times(start, spec.fps, chunk, spec.videos[name][0])  # [W, n]
             try:
-                frames[name], masks[name] = camera.frames(q, (start, end))  # [W, n, H, W, 3], [W, n]
+                picks[name], masks[name] = camera.select(q, (start, end))  # [W, n], [W, n]
             except VideoError as exc:
                 raise EpisodeError(data.episode_id, name, str(exc), hint="re-encode the video") from exc
         for name, stream in streams.items():
@@ -206,12 +206,13 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         if masks:
             keep = valid_fraction(list(masks.values())) >= spec.min_valid_fraction - 1e-12
         report["dropped_min_valid"] += int((~keep).sum())
+        kept = _kept(keep)  # all windows kept (the usual case): no copy of the chunk's arrays
         for name in cameras:
-            frames[name], masks[name] = frames[name][keep], masks[name][keep]
+            picks[name], masks[name] = kept(picks[name]), kept(masks[name])
             report["masked_steps"][name] += int((~masks[name]).sum())
             report["steps"][name] += int(masks[name].size)
         for name in streams:
-            vals, mask = values[name][keep], masks[name][keep]
+            vals, mask = kept(values[name]), kept(masks[name])
             try:
                 partial[name].append(FieldStats.of(vals[mask]))
             except StatsError as exc:
@@ -222,7 +223,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             values[name] = pad_invalid(vals, mask, spec.windows[name].pad).astype(output_dtype(spec, name))
             masks[name] = mask
         for name in missing:
-            values[name], masks[name] = values[name][keep], masks[name][keep]
+            values[name], masks[name] = kept(values[name]), kept(masks[name])
             report["masked_steps"][name] += int(masks[name].size)
             report["steps"][name] += int(masks[name].size)
         sampled = {name: _quality_sample(masks[name]) for name in cameras}  # one window per chunk, or None
@@ -233,10 +234,12 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                 members[f"{name}.npy"] = encode_npy(values[name][w])
                 members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
             for name, camera in cameras.items():
-                ext, blob = camera.encode(frames[name][w], spec.videos[name][0].rate_hz)
+                index, mask = picks[name][w], masks[name][w]  # [n], [n]
+                ext, blob = camera.encode(index, mask, spec.videos[name][0].rate_hz)
                 members[f"{name}.{ext}"] = blob
-                _video_quality(report, name, ext, blob, frames[name][w], masks[name][w] if w == sampled[name] else None)
-                members[f"{mask_field(name)}.npy"] = encode_npy(masks[name][w])
+                _video_quality(report, name, ext, blob, len(index),
+                               (camera.window(index, mask), mask) if w == sampled[name] else None)
+                members[f"{mask_field(name)}.npy"] = encode_npy(mask)
             members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps, data.time_origin_ns)
             windows_out.anchors.append(anchor)
             windows_out.keys.append(key)
@@ -283,6 +286,14 @@ def _expect_frames(cameras: dict[str, "VideoWindows"], spec: BuildSpec, start: f
             camera.expect(query_times(start, spec.fps, anchors[lo:lo + chunk_size], spec.videos[name][0]))  # [W, n]
 
 
+def _kept(keep: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """Selects the kept windows (`keep` [W]) of a chunk's [W, ...] arrays: the arrays themselves when
+    every window is kept, so the usual chunk is not copied."""
+    if keep.all():
+        return lambda array: array
+    return lambda array: array[keep]
+
+
 def _quality_sample(masks: np.ndarray) -> int | None:
     """Which window of a chunk ([W, n] camera masks of its kept windows) to measure the PSNR on: the
     first with a real frame. One per chunk spreads the sample over the whole episode at the cost of
@@ -292,15 +303,17 @@ def _quality_sample(masks: np.ndarray) -> int | None:
     return int(with_frames[0]) if len(with_frames) else None
 
 
-def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, frames: np.ndarray,
-                   sample_mask: np.ndarray | None) -> None:
-    """Bytes per frame for every window; for sampled windows (`sample_mask` [n] given), the squared
-    error of the stored against the decoded source frames, over the real (unpadded) frames only."""
+def _video_quality(report: dict[str, Any], name: str, ext: str, blob: bytes, steps: int,
+                   sample: tuple[np.ndarray, np.ndarray] | None) -> None:
+    """Bytes per frame for every window of `steps` frames; for sampled windows (`sample` = the window's
+    source frames [n, H, W, 3] and mask [n]), the squared error of the stored against the source
+    frames, over the real (unpadded) frames only."""
     stats = report["video"][name]  # set up in build_episode when the camera was opened
     stats["bytes"] += len(blob)
-    stats["frames"] += len(frames)
-    if sample_mask is not None:
+    stats["frames"] += steps
+    if sample is not None:
         from robowds.reader.decode import decode_member
+        frames, sample_mask = sample
         stored = decode_member(ext, blob)[sample_mask].astype(np.float64)  # [v, H, W, 3]
         stats["sq_error"] += float(((stored - frames[sample_mask].astype(np.float64)) ** 2).sum())
         stats["sq_count"] += int(stored.size)

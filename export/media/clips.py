@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 from fractions import Fraction
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -23,15 +23,41 @@ AV1_ENCODER = "libsvtav1"  # bundled with PyAV 18; decoded by libdav1d
 AV1_PRESET = 10  # 0 (slowest) .. 13; 10 costs ~30 ms per 20-frame 224x224 window on one core
 AV1_CRF = 30  # constant quality: ~3.6x fewer bytes than mpeg4 at ~1 dB lower PSNR (README)
 AV1_MIN_SIZE = 4  # SVT-AV1 refuses frames narrower or lower than 4 pixels
-__all__ = ["JPEG_QUALITY", "MP4_CODEC", "AV1_ENCODER", "encode_mp4", "encode_av1", "encode_jpegs", "psnr"]
+__all__ = ["JPEG_QUALITY", "MP4_CODEC", "AV1_ENCODER", "encode_mp4", "encode_av1", "encode_jpegs", "encode_clip",
+           "pack_jpegs", "to_yuv420p", "psnr"]
 
 
-def _encode_clip(frames: np.ndarray, rate_hz: float, codec: str, options: dict[str, str],
-                 bit_rate: int | None = None) -> bytes:
-    """frames [n, H, W, 3] uint8 -> mp4 bytes; frame i has pts i at time base 1/rate (yuv420p)."""
+def to_yuv420p(rgb: np.ndarray, reformatter: Any) -> Any:
+    """One uint8 [H, W, 3] frame as the yuv420p VideoFrame the clip encoders take, with the conversion
+    the encoder would do itself (swscale, bilinear, one thread): made once per frame by the export and
+    reused by every window that holds the frame, instead of once per window inside each encoder."""
     import av
 
-    height, width = frames.shape[1:3]
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+    return reformatter.reformat(frame, format="yuv420p", threads=1)
+
+
+def _clip_settings(encoding: str, width: int, height: int, rate_hz: float) -> tuple[str, dict[str, str], int | None]:
+    """(codec, options, bit rate) of a clip encoding: "mp4" (MPEG-4 part 2) or "av1" (SVT-AV1)."""
+    if encoding == "mp4":
+        fps = float(Fraction(rate_hz).limit_denominator(1000))
+        return MP4_CODEC, {}, int(max(100_000, MP4_BITS_PER_PIXEL * width * height * fps))
+    if encoding == "av1":
+        # SVT_LOG=1 keeps SVT-AV1's per-encoder banner (about 30 lines to stderr for every window)
+        # quiet; set SVT_LOG yourself to see it
+        os.environ.setdefault("SVT_LOG", "1")
+        return AV1_ENCODER, {"preset": str(AV1_PRESET), "crf": str(AV1_CRF), "svtav1-params": "lp=1"}, None
+    raise ValueError(f"clip encoding must be mp4 or av1, got {encoding!r}")
+
+
+def encode_clip(frames: Sequence[Any], rate_hz: float, encoding: str) -> bytes:
+    """yuv420p VideoFrames [n] of one size (`to_yuv420p`) -> mp4 bytes in `encoding` ("mp4" or "av1");
+    frame i has pts i at time base 1/rate. The frames are only read, so one frame object may be
+    passed for several steps and reused by later clips."""
+    import av
+
+    width, height = frames[0].width, frames[0].height
+    codec, options, bit_rate = _clip_settings(encoding, width, height, rate_hz)
     rate = Fraction(rate_hz).limit_denominator(1000)
     buf = io.BytesIO()
     with av.open(buf, "w", format="mp4", options={"fflags": "+bitexact"}) as container:
@@ -40,8 +66,7 @@ def _encode_clip(frames: np.ndarray, rate_hz: float, codec: str, options: dict[s
         stream.thread_count = 1
         if bit_rate is not None:
             stream.bit_rate = bit_rate
-        for i, image in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+        for i, frame in enumerate(frames):
             frame.pts = i
             for packet in stream.encode(frame):
                 container.mux(packet)
@@ -50,29 +75,36 @@ def _encode_clip(frames: np.ndarray, rate_hz: float, codec: str, options: dict[s
     return buf.getvalue()
 
 
+def _encode_rgb(frames: np.ndarray, rate_hz: float, encoding: str) -> bytes:
+    from av.video.reformatter import VideoReformatter
+
+    reformatter = VideoReformatter()
+    return encode_clip([to_yuv420p(image, reformatter) for image in frames], rate_hz, encoding)
+
+
 def encode_mp4(frames: np.ndarray, rate_hz: float) -> bytes:
     """A short MPEG-4 part 2 clip of frames [n, H, W, 3] (even H and W), bit rate from the frame size."""
-    height, width = frames.shape[1:3]
-    bit_rate = int(max(100_000, MP4_BITS_PER_PIXEL * width * height * float(Fraction(rate_hz).limit_denominator(1000))))
-    return _encode_clip(frames, rate_hz, MP4_CODEC, {}, bit_rate)
+    return _encode_rgb(frames, rate_hz, "mp4")
 
 
 def encode_av1(frames: np.ndarray, rate_hz: float) -> bytes:
     """A short AV1 clip (SVT-AV1, constant quality, one logical processor) of frames [n, H, W, 3].
 
     SVT-AV1 output was byte-identical across runs and across its SIMD levels (C, SSE2, AVX2,
-    AVX-512), so it does not depend on the machine. SVT_LOG=1 keeps its per-encoder banner (about 30
-    lines to stderr for every window) quiet; set SVT_LOG yourself to see it."""
-    os.environ.setdefault("SVT_LOG", "1")
-    options = {"preset": str(AV1_PRESET), "crf": str(AV1_CRF), "svtav1-params": "lp=1"}
-    return _encode_clip(frames, rate_hz, AV1_ENCODER, options)
+    AVX-512), so it does not depend on the machine."""
+    return _encode_rgb(frames, rate_hz, "av1")
 
 
 def encode_jpegs(frames: np.ndarray) -> bytes:
     """A msgpack list of one JPEG per frame [n, H, W, 3] (Pillow, fixed quality, no metadata)."""
+    return pack_jpegs([jpeg_bytes(frame) for frame in frames])
+
+
+def pack_jpegs(jpegs: Sequence[bytes]) -> bytes:
+    """The `jpgs.msgpack` member: a msgpack list of JPEG byte strings, one per step."""
     import msgpack
 
-    return msgpack.packb([jpeg_bytes(frame) for frame in frames], use_bin_type=True)
+    return msgpack.packb(list(jpegs), use_bin_type=True)
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

@@ -2,8 +2,13 @@
 
 Memory stays bounded: windows are built chunk by chunk in anchor order and the decoder only moves
 forward. Before decoding, every chunk's frame choice is registered with `expect`, so the decoder
-converts (crop, resize) and keeps exactly the frames some window will use, and drops each one once no
-later window can need it. No seeking, no per-window decoding.
+converts (crop, resize: export/media/planes.py) and keeps exactly the frames some window will use, and
+drops each one once no later window can need it. No seeking, no per-window decoding.
+
+A frame is in several windows when windows overlap (2 frames of history at stride 1: every frame is
+in 2 windows), so what a window's member is made of is computed once per frame and reused: the JPEG
+bytes of a frame (`jpg`), its yuv420p picture for the clip encoders (`mp4`, `av1`). Windows are
+assembled from frame indices; a chunk's frames are never stacked or copied as a whole.
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ from typing import Any, Iterator
 import numpy as np
 
 from robowds.export.core.extent import in_segment, segment_frames, segment_span
-from robowds.export.media.clips import AV1_MIN_SIZE, encode_av1, encode_jpegs, encode_mp4
+from robowds.export.media.clips import AV1_MIN_SIZE, encode_clip, pack_jpegs, to_yuv420p
 from robowds.export.media.frames import VideoError, VideoSizeError, probe_video, select_frames
 from robowds.export.media.geometry import Crop, CropError, crop_box, output_size
+from robowds.export.media.images import jpeg_bytes
+from robowds.export.media.planes import FrameConverter
 
 ENCODINGS = ("raw", "jpg", "mp4", "av1")
 MEMBER_EXT = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4", "av1": "mp4"}  # reader decodes .mp4 via PyAV
+PAD = -1  # the frame index of a zero-padded step, for the per-frame member parts
 
 
 @dataclass(frozen=True)
@@ -50,11 +58,14 @@ class VideoWindows:
         self._period = float(np.median(np.diff(self.info.pts))) if len(self.info.pts) > 1 else np.inf
         self._span_end = self.info.span_end  # file time of the last frame the container declares (a median)
         self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
+        # frame index -> what members are made of (JPEG bytes, or a yuv420p VideoFrame), made once per
+        # frame and dropped with the frame; PAD: the zero frame's
+        self._parts: dict[int, Any] = {}
         self._wanted = np.zeros(len(self.info.pts), dtype=bool)  # [F] frames some window uses
         self._decoder: Iterator[tuple[int, Any]] | None = None
         self._next = 0  # index of the next frame the decoder will produce
-        self._reformatter: Any = None  # one swscale context for all frames (see _to_rgb)
-        self._scaler: Any = None
+        self._converter: FrameConverter | None = None  # made at the first frame (needs its pixel format)
+        self._yuv: Any = None  # one swscale context for rgb -> yuv420p (clip encodings)
         self.peak_frames = 0  # most decoded frames held at once: the memory bound, reported per camera
         self.span_steps = 0  # window steps inside the video's own span (see _count_missing)
         self.missing_steps = 0  # of those, steps with no frame: frames missing from the file
@@ -112,19 +123,31 @@ class VideoWindows:
         index, _ = self._choose(self._file_times(query))
         self._wanted[index] = True
 
-    def frames(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
-        """(frames [W, n, H, W, 3] uint8, valid [W, n]) for episode times `query` [W, n]."""
+    def select(self, query: np.ndarray, extent: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+        """(frame index [W, n] int64, valid [W, n]) for episode times `query` [W, n], with every chosen
+        frame decoded and held, and the frames no later window can use dropped. `window` and `encode`
+        then build each window from its row of indices."""
         index, valid = self._select(query, extent)
         self._count_missing(query.ravel(), valid, extent)
         self._wanted[index] = True  # callers that did not `expect` still get this chunk's frames
         lowest = int(index.min())
         for stale in [i for i in self._frames if i < lowest]:
             del self._frames[stale]  # windows move forward: nothing later needs these
+            self._parts.pop(stale, None)
         self._advance(int(index.max()))
-        out = np.stack([self._frames[i] for i in index.tolist()])  # [W*n, H, W, 3]
-        if self.options.pad == "zero":
-            out[~valid] = 0
-        return out.reshape(query.shape + self.shape), valid.reshape(query.shape)
+        return index.reshape(query.shape), valid.reshape(query.shape)
+
+    def window(self, index: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """One window's frames [n, H, W, 3] uint8 from its row of `select` (index [n], valid [n]):
+        padded steps are zeros (`pad: zero`) or the edge frame the selection chose (`pad: edge`)."""
+        zero = self.options.pad == "zero"
+        out = np.empty((len(index),) + self.shape, dtype=np.uint8)  # [n, H, W, 3]
+        for j, (i, real) in enumerate(zip(index.tolist(), valid.tolist())):
+            if zero and not real:
+                out[j] = 0
+            else:
+                out[j] = self._frames[i]
+        return out
 
     def _count_missing(self, query: np.ndarray, valid: np.ndarray, extent: tuple[float, float]) -> None:
         """Count steps ([Q] episode times) inside the video's own span, its segment and the extent that
@@ -154,30 +177,12 @@ class VideoWindows:
                 self.peak_frames = max(self.peak_frames, len(self._frames))
 
     def _to_rgb(self, frame: Any) -> np.ndarray:
-        """A decoded frame -> stored uint8 [H, W, 3]: colour conversion, crop, resize.
-
-        One VideoReformatter is reused for every frame: `frame.to_ndarray(format=...)` builds a new
-        swscale context per frame, which cost more than decoding a small frame. swscale runs with one
-        thread (the export already runs one process per core). Without a crop the resize happens in
-        the same swscale pass; with one, the full-size RGB frame is cropped in numpy (only the crop
-        is kept) and then scaled RGB -> RGB."""
-        from av import VideoFrame
-        from av.video.reformatter import VideoReformatter
-
-        if self._reformatter is None:
-            self._reformatter, self._scaler = VideoReformatter(), VideoReformatter()
-        resize = self.options.resize
-        if self._box is None:
-            width, height = resize or (None, None)
-            return self._reformatter.reformat(frame, format="rgb24", width=width, height=height,
-                                              threads=1).to_ndarray()  # [H, W, 3]
-        x, y, w, h = self._box
-        rgb = self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()  # [H0, W0, 3]
-        cropped = np.ascontiguousarray(rgb[y:y + h, x:x + w])  # [h, w, 3], a copy: the full frame is freed
-        if resize is None or resize == (w, h):
-            return cropped
-        small = VideoFrame.from_ndarray(cropped, format="rgb24")
-        return self._scaler.reformat(small, width=resize[0], height=resize[1], threads=1).to_ndarray()
+        """A decoded frame -> stored uint8 [H, W, 3]: crop, resize, colour conversion (planes.py), with
+        one converter (its swscale contexts and crop filter) for every frame of the video."""
+        if self._converter is None:
+            self._converter = FrameConverter(self.info.width, self.info.height, frame.format.name, self._box,
+                                             self.options.resize)
+        return self._converter(frame)
 
     def _decode(self) -> Iterator[tuple[int, Any]]:
         """Decoded frames in presentation order, numbered as in `info.pts` (single-threaded)."""
@@ -198,14 +203,32 @@ class VideoWindows:
             except av.FFmpegError as exc:
                 raise VideoError(f"{self.path.name}: decoding failed after frame {self._next - 1}: {exc}") from exc
 
-    def encode(self, frames: np.ndarray, rate_hz: float) -> tuple[str, bytes]:
-        """One window's frames [n, H, W, 3] as a member (suffix without the field name, bytes)."""
+    def encode(self, index: np.ndarray, valid: np.ndarray, rate_hz: float) -> tuple[str, bytes]:
+        """One window (its row of `select`: index [n], valid [n]) as a member: (suffix without the
+        field name, bytes). Each frame's JPEG bytes or yuv420p picture is made once and reused by every
+        window that holds the frame: the bytes are those of encoding the window's frames afresh."""
         encoding = self.options.encoding
         if encoding == "raw":
             from robowds.reader.format import encode_npy
-            return MEMBER_EXT[encoding], encode_npy(frames)
-        if encoding == "mp4":
-            return MEMBER_EXT[encoding], encode_mp4(frames, rate_hz)
-        if encoding == "av1":
-            return MEMBER_EXT[encoding], encode_av1(frames, rate_hz)
-        return MEMBER_EXT[encoding], encode_jpegs(frames)
+            return MEMBER_EXT[encoding], encode_npy(self.window(index, valid))
+        parts = [self._part(i if real or self.options.pad != "zero" else PAD)
+                 for i, real in zip(index.tolist(), valid.tolist())]
+        if encoding == "jpg":
+            return MEMBER_EXT[encoding], pack_jpegs(parts)
+        return MEMBER_EXT[encoding], encode_clip(parts, rate_hz, encoding)
+
+    def _part(self, i: int) -> Any:
+        """Frame `i`'s JPEG bytes (jpg) or yuv420p VideoFrame (mp4, av1), made on first use; PAD: the
+        zero frame's."""
+        part = self._parts.get(i)
+        if part is None:
+            rgb = np.zeros(self.shape, dtype=np.uint8) if i == PAD else self._frames[i]  # [H, W, 3]
+            if self.options.encoding == "jpg":
+                part = jpeg_bytes(rgb)
+            else:
+                if self._yuv is None:
+                    from av.video.reformatter import VideoReformatter
+                    self._yuv = VideoReformatter()
+                part = to_yuv420p(rgb, self._yuv)
+            self._parts[i] = part
+        return part

@@ -1,0 +1,315 @@
+"""Camera frames cropped in their decoded planes, scaled there, converted to RGB last
+(export/media/planes.py), against independent computations: the plane rectangles by their definition,
+the pixels by a numpy crop of the decoded planes and PyAV's own scaler, and the exact (RGB-first) path
+where a plane crop is not the same picture. Windows reuse each frame's JPEG / yuv420p picture: the
+bytes must be those of encoding every window afresh."""
+
+from __future__ import annotations
+
+import io
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import msgpack
+import numpy as np
+import pytest
+from av import VideoFrame
+from av.video.reformatter import VideoReformatter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from robowds.export.cli.main import main
+from robowds.export.media.clips import psnr
+from robowds.export.media.images import jpeg_bytes
+from robowds.export.media.planes import FrameConverter, plane_boxes
+from robowds.reader.format import group_samples, iter_members
+from robowds.reader.manifest import parse_manifest, shards_of
+
+from realdata import g1_video
+from videos import camera_store, gradient_frames
+
+SUBSAMPLINGS = [(1, 1), (1, 0), (0, 0), None]  # 4:2:0, 4:2:2, 4:4:4, one plane
+
+
+@st.composite
+def _crops(draw: Any) -> tuple[int, int, tuple[int, int, int, int], tuple[int, int] | None]:
+    width, height = draw(st.integers(1, 80)), draw(st.integers(1, 80))
+    w, h = draw(st.integers(1, width)), draw(st.integers(1, height))
+    x, y = draw(st.integers(0, width - w)), draw(st.integers(0, height - h))
+    return width, height, (x, y, w, h), draw(st.sampled_from(SUBSAMPLINGS))
+
+
+@given(_crops())
+@settings(max_examples=400, deadline=None)
+def test_plane_boxes_cut_every_plane_at_the_same_picture(case: tuple) -> None:
+    width, height, box, subsampling = case
+    x, y, w, h = box
+    boxes = plane_boxes(box, subsampling)
+    if subsampling is None:
+        assert boxes == [box]
+        return
+    sw, sh = subsampling
+    aligned = x % 2 ** sw == 0 and y % 2 ** sh == 0
+    assert (boxes is not None) == aligned  # an odd 4:2:0 offset would need half a chroma sample
+    if boxes is None:
+        return
+    assert len(boxes) == 3 and boxes[0] == box and boxes[1] == boxes[2]
+    cx, cy, cw, ch = boxes[1]
+    # FFmpeg's chroma plane size of a w x h frame, and the crop lies inside the source's chroma plane
+    assert (cw, ch) == (int(np.ceil(w / 2 ** sw)), int(np.ceil(h / 2 ** sh)))
+    assert cx + cw <= int(np.ceil(width / 2 ** sw)) and cy + ch <= int(np.ceil(height / 2 ** sh))
+    # the chroma sample of every luma sample of the crop is the one that covers it in the source
+    cols, rows = np.arange(w), np.arange(h)
+    np.testing.assert_array_equal((x + cols) // 2 ** sw, cx + cols // 2 ** sw)
+    np.testing.assert_array_equal((y + rows) // 2 ** sh, cy + rows // 2 ** sh)
+
+
+# -- pixels -------------------------------------------------------------------------------------------
+def _g1_frames(count: int = 6) -> list[VideoFrame]:
+    """The first decoded frames of the real G1 video: AV1 640x480 yuv420p, limited range."""
+    with av.open(str(g1_video("episode_000001"))) as container:
+        return [f for _, f in zip(range(count), container.decode(video=0))]
+
+
+def _plane(frame: VideoFrame, i: int) -> np.ndarray:
+    plane = frame.planes[i]
+    return np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)[:, :plane.width]  # [h, w]
+
+
+def _sited(frame: VideoFrame, siting: str) -> VideoFrame:
+    """`frame` with its chroma siting set (PyAV has no setter: FFmpeg's setparams filter)."""
+    import av.filter
+
+    graph = av.filter.Graph()
+    graph.threads = 1
+    chain = [graph.add_buffer(width=frame.width, height=frame.height, format=frame.format, time_base=Fraction(1, 10)),
+             graph.add("setparams", f"chroma_location={siting}"), graph.add("buffersink")]
+    for a, b in zip(chain, chain[1:]):
+        a.link_to(b)
+    graph.configure()
+    graph.push(frame)
+    return graph.pull()
+
+
+def _planes_rule(frame: VideoFrame, box: tuple[int, int, int, int], size: tuple[int, int] | None,
+                 chroma_shift: tuple[int, int] | None, siting: str | None = None) -> np.ndarray:
+    """The documented rule, computed independently: numpy crop of each decoded plane into a fresh frame
+    (colour tags and, where the decoder set one, chroma siting copied), swscale bilinear in the same
+    pixel format to `size`, then swscale to RGB."""
+    x, y, w, h = box
+    out = VideoFrame(w, h, frame.format.name)
+    for i, plane in enumerate(out.planes):
+        sw, sh = (0, 0) if i == 0 or chroma_shift is None else chroma_shift
+        dst = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)  # [h', line] writable
+        dst[:, :plane.width] = _plane(frame, i)[(y >> sh):(y >> sh) + plane.height, (x >> sw):(x >> sw) + plane.width]
+    out.colorspace, out.color_range = frame.colorspace, frame.color_range
+    if siting is not None:
+        out = _sited(out, siting)
+    if size is not None:
+        out = VideoReformatter().reformat(out, width=size[0], height=size[1], threads=1)
+    return VideoReformatter().reformat(out, format="rgb24", threads=1).to_ndarray()
+
+
+def _rgb_first(frame: VideoFrame, box: tuple[int, int, int, int], size: tuple[int, int] | None) -> np.ndarray:
+    """The exact path: the whole frame to RGB, the crop in numpy, the RGB crop scaled."""
+    x, y, w, h = box
+    rgb = VideoReformatter().reformat(frame, format="rgb24", threads=1).to_ndarray()[y:y + h, x:x + w]
+    if size is None:
+        return rgb
+    small = VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+    return VideoReformatter().reformat(small, width=size[0], height=size[1], threads=1).to_ndarray()
+
+
+def test_g1_crop_then_scale_follows_the_plane_rule_and_stays_close_to_rgb_first() -> None:
+    frames = _g1_frames()
+    box = (80, 0, 480, 480)  # centre crop of 640x480 for a square output
+    convert = FrameConverter(640, 480, "yuv420p", box, (224, 224))
+    assert convert.planar
+    got = np.stack([convert(f) for f in frames])  # [6, 224, 224, 3]
+    np.testing.assert_array_equal(got, np.stack([_planes_rule(f, box, (224, 224), (1, 1)) for f in frames]))
+    before = np.stack([_rgb_first(f, box, (224, 224)) for f in frames])
+    assert 40 < psnr(got, before) < 100  # a different rounding of the same picture (docs: 43 dB on G1)
+
+
+def test_g1_crop_without_scaling_is_the_rgb_frame_cropped() -> None:
+    """Nothing scaled, nothing changes: the whole frame to RGB, then the crop, as before the plane rule."""
+    frames = _g1_frames(3)
+    for box, resize in [((80, 0, 480, 480), None), ((2, 4, 101, 77), None), ((80, 0, 480, 480), (480, 480))]:
+        convert = FrameConverter(640, 480, "yuv420p", box, resize)
+        assert not convert.planar
+        for frame in frames:
+            np.testing.assert_array_equal(convert(frame), _rgb_first(frame, box, None))
+    convert = FrameConverter(640, 480, "yuv420p", None, None)
+    np.testing.assert_array_equal(convert(frames[0]), _rgb_first(frames[0], (0, 0, 640, 480), None))
+
+
+def test_odd_420_offset_and_forced_exact_take_the_rgb_first_path() -> None:
+    frames = _g1_frames(2)
+    box = (81, 3, 300, 200)
+    convert = FrameConverter(640, 480, "yuv420p", box, (64, 48))
+    assert not convert.planar
+    exact = FrameConverter(640, 480, "yuv420p", (80, 0, 480, 480), (64, 64), exact=True)
+    assert not exact.planar
+    for frame in frames:
+        np.testing.assert_array_equal(convert(frame), _rgb_first(frame, box, (64, 48)))
+        np.testing.assert_array_equal(exact(frame), _rgb_first(frame, (80, 0, 480, 480), (64, 64)))
+
+
+def test_g1_resize_without_crop_scales_the_planes_first() -> None:
+    frames = _g1_frames(3)
+    convert = FrameConverter(640, 480, "yuv420p", None, (160, 120))
+    for frame in frames:
+        expected = _planes_rule(frame, (0, 0, 640, 480), (160, 120), (1, 1))
+        np.testing.assert_array_equal(convert(frame), expected)
+        one_pass = VideoReformatter().reformat(frame, format="rgb24", width=160, height=120, threads=1).to_ndarray()
+        assert psnr(convert(frame), one_pass) > 38
+
+
+def _ffv1(path: Path, frames: np.ndarray, pix_fmt: str) -> list[VideoFrame]:
+    """Frames [F, H, W, 3] written losslessly (FFV1 in Matroska) in `pix_fmt`, and decoded back."""
+    with av.open(str(path), "w", format="matroska") as container:
+        stream = container.add_stream("ffv1", rate=10)
+        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], pix_fmt
+        for i, image in enumerate(frames):
+            frame = VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with av.open(str(path)) as container:
+        return list(container.decode(video=0))
+
+
+@pytest.mark.parametrize("pix_fmt, shift, planar", [
+    ("yuv420p", (1, 1), True), ("yuv422p", (1, 0), True), ("yuv444p", (0, 0), True), ("gray", None, True),
+    ("yuv420p10le", None, False), ("bgr0", None, False)])
+def test_each_pixel_format_takes_its_path(tmp_path: Path, pix_fmt: str, shift: tuple[int, int] | None,
+                                          planar: bool) -> None:
+    frames = _ffv1(tmp_path / f"{pix_fmt}.mkv", gradient_frames(2, 64, 48), pix_fmt)
+    assert frames[0].format.name == pix_fmt
+    box = (10, 4, 40, 30)  # even offsets: a plane crop for every 8-bit planar format
+    convert = FrameConverter(64, 48, pix_fmt, box, (20, 16))
+    assert convert.planar == planar
+    for frame in frames:
+        expected = _planes_rule(frame, box, (20, 16), shift) if planar else _rgb_first(frame, box, (20, 16))
+        np.testing.assert_array_equal(convert(frame), expected)
+
+
+def test_frame_of_another_size_than_probed_goes_the_exact_way() -> None:
+    frame = _g1_frames(1)[0]
+    convert = FrameConverter(320, 240, "yuv420p", (40, 0, 240, 240), (32, 32))  # set up for a smaller video
+    np.testing.assert_array_equal(convert(frame), _rgb_first(frame, (40, 0, 240, 240), (32, 32)))
+
+
+# -- windows: each frame encoded once, the same bytes -------------------------------------------------
+def _yuv_store(tmp_path: Path, frames: int = 20) -> Path:
+    """One episode of a yuv420p video (mpeg4) at 10 fps with moving content."""
+    store = tmp_path / "s"
+    path = store / "media" / "cam.mp4"
+    path.parent.mkdir(parents=True)
+    source = gradient_frames(frames, 96, 64)
+    source[:, :, :, 0] = (source[:, :, :, 0] + 9 * np.arange(frames)[:, None, None]) % 256  # colour moves
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.time_base = stream.codec_context.time_base = Fraction(1, 10)
+        for i, image in enumerate(source):
+            frame = VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return camera_store(store, {"ep0": "media/cam.mp4"})
+
+
+def _export(store: Path, out: Path, encoding: str, *sets: str) -> None:
+    """2 frames of history (the step before the anchor and the anchor's), stride 1: every frame is in 2
+    windows, and the first window's first step is padding."""
+    args = ["export", str(store), str(out), "--quiet", "--workers", "1", "--stride", "1",
+            "--set", "streams.cam.duration_s=0.2", "--set", "streams.cam.offset_s=-0.1",
+            "--set", "streams.cam.crop=center", "--set", "streams.cam.resize=[48, 48]",
+            "--set", f"streams.cam.encoding={encoding}"]
+    for item in sets:
+        args += ["--set", item]
+    assert main(args) == 0
+
+
+def _members(out: Path, member: str) -> dict[str, bytes]:
+    manifest = parse_manifest((out / "manifest.json").read_bytes())
+    found = {}
+    for shard in shards_of(manifest, "train"):
+        for key, _, members in group_samples(iter_members((out / shard.path).read_bytes(), shard.path), shard.path):
+            found[key] = bytes(members[member])
+    return found
+
+
+def _fresh_clip(frames: np.ndarray, codec: str, options: dict[str, str], bit_rate: int | None) -> bytes:
+    """A window's clip as the export encoded it before frames were shared: RGB frames straight into a
+    new encoder (which converts them to yuv420p itself)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4", options={"fflags": "+bitexact"}) as container:
+        stream: Any = container.add_stream(codec, rate=Fraction(10), options={"flags": "+bitexact", **options})
+        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+        stream.thread_count = 1
+        if bit_rate is not None:
+            stream.bit_rate = bit_rate
+        for i, image in enumerate(frames):
+            frame = VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buf.getvalue()
+
+
+def test_shared_frames_give_the_bytes_of_fresh_encodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import robowds.export.media.video_windows as video_windows
+    from robowds.reader.format import decode_npy
+
+    store = _yuv_store(tmp_path)
+    _export(store, tmp_path / "raw", "raw")
+    raw = {k: decode_npy(v) for k, v in _members(tmp_path / "raw", "cam.npy").items()}  # [2, 48, 48, 3] each
+    assert len(raw) == 20 and not raw["ep0_000000"][0].any() and raw["ep0_000000"][1].any()  # step 0 padded
+    source = [f for f in av.open(str(store / "media" / "cam.mp4")).decode(video=0)]
+    for k in (0, 7, 19):  # the stored frames follow the plane rule: centre 64x64 crop, then 48x48
+        expected = _planes_rule(source[k], (16, 0, 64, 64), (48, 48), (1, 1), siting="left")  # mpeg4: left-sited
+        np.testing.assert_array_equal(raw[f"ep0_{k:06d}"][1], expected)
+        assert psnr(raw[f"ep0_{k:06d}"][1], _planes_rule(source[k], (16, 0, 64, 64), (48, 48), (1, 1))) < 100
+
+    calls = []
+    monkeypatch.setattr(video_windows, "jpeg_bytes", lambda rgb: calls.append(1) or jpeg_bytes(rgb))
+    _export(store, tmp_path / "jpg", "jpg")
+    assert len(calls) == 20 + 1  # each frame once, and the zero frame of the padded step once
+    jpgs = _members(tmp_path / "jpg", "cam.jpgs.msgpack")
+    assert jpgs.keys() == raw.keys()
+    for key, frames in raw.items():  # every window: one JPEG per frame, encoded afresh
+        assert jpgs[key] == msgpack.packb([jpeg_bytes(f) for f in frames], use_bin_type=True), key
+
+    _export(store, tmp_path / "mp4", "mp4")
+    clips = _members(tmp_path / "mp4", "cam.mp4")
+    for key, frames in raw.items():
+        assert clips[key] == _fresh_clip(frames, "mpeg4", {}, 100_000), key  # 0.6 bit/pixel is below the floor
+    _export(store, tmp_path / "av1", "av1")
+    clips = _members(tmp_path / "av1", "cam.mp4")
+    for key in ("ep0_000000", "ep0_000001", "ep0_000013"):
+        assert clips[key] == _fresh_clip(raw[key], "libsvtav1", {"preset": "10", "crf": "30", "svtav1-params": "lp=1"},
+                                         None), key
+
+
+def test_edge_padding_repeats_the_edge_frames_bytes(tmp_path: Path) -> None:
+    from robowds.reader.format import decode_npy
+
+    store = _yuv_store(tmp_path, frames=6)
+    _export(store, tmp_path / "raw", "raw", "streams.cam.pad=edge")
+    _export(store, tmp_path / "jpg", "jpg", "streams.cam.pad=edge")
+    raw = {k: decode_npy(v) for k, v in _members(tmp_path / "raw", "cam.npy").items()}
+    first = raw["ep0_000000"]  # step 0 before the video: the first frame again
+    np.testing.assert_array_equal(first[0], first[1])
+    jpgs = _members(tmp_path / "jpg", "cam.jpgs.msgpack")
+    for key, frames in raw.items():
+        assert jpgs[key] == msgpack.packb([jpeg_bytes(f) for f in frames], use_bin_type=True), key
