@@ -36,6 +36,7 @@ from robowds.reader.remote import ObjectTruncated, RangeReader, RemoteReadError,
 from robowds.reader.shard_cache import ShardCache, ShardCacheError
 
 MAX_OPEN = 64
+MAX_OPEN_CACHED = 8  # node-cached shards kept mapped: an evicted one keeps its disk space while mapped
 INDEX_CACHE_ENTRIES = 1 << 21  # offsets kept per source (16 MB): ~2000 shards of 1000 samples
 PREFETCH_MIN = 64 * 1024  # local samples from this size on get a read-ahead hint (smaller: fault-around does it)
 
@@ -236,7 +237,7 @@ class ShardSource:
             raise ShardReadError(f"shard {path}: cannot be opened: {exc}") from exc
         with self._lock:
             self._maps[path] = mm
-            if len(self._maps) > MAX_OPEN:
+            if len(self._maps) > (MAX_OPEN if self.cache is None else MAX_OPEN_CACHED):
                 self._maps.popitem(last=False)  # not closed: arrays may still view it; GC unmaps it
         return mm
 

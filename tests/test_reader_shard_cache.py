@@ -1,0 +1,167 @@
+"""The node-local shard cache (`ShardDataset(..., cache_dir=, cache_limit_bytes=)`, reader/shard_cache.py)
+against a real moto S3 server behind the proxy of tests/fault_proxy.py: shards downloaded once and
+then read locally, equal to a local read; two DataLoader worker processes sharing an empty cache
+download each shard once and never read a partial file; the folder never exceeds its limit by more
+than one shard; files the cache did not write are never deleted; a dead download's leftovers are."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
+from robowds.reader.shard_cache import SHARD, ShardCache
+from robowds.reader.source import ShardReadError
+
+from exports import export_synthetic
+from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
+from test_reader_remote import canonical
+
+pytest.importorskip("moto")
+pytest.importorskip("s3fs")
+
+FAST = RetryPolicy(attempts=6, backoff_s=0.01, max_backoff_s=0.05, timeout_s=2.0)
+URL = "s3://robots/ds/manifest.json"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_synthetic(tmp_path_factory.mktemp("cache"), 3, 2, "--stride", "8",  # 36 samples, 5 shards
+                            "--set", "shard.max_samples=8", "--set", "shard.min_shards=1",
+                            "--set", "exclude=[overview]")
+
+
+@pytest.fixture(scope="module")
+def s3(exported: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
+    with s3_behind_proxy({"ds": exported}) as (proxy, options):
+        yield proxy, options
+
+
+@pytest.fixture(scope="module")
+def local(exported: Path) -> list[Any]:
+    return batches(exported)
+
+
+def batches(source: Any, workers: int = 0, **kwargs: Any) -> list[Any]:
+    return [canonical(b) for b in ShardLoader(ShardDataset(source, "train", seed=4, **kwargs), batch_size=1,
+                                              num_workers=workers)]
+
+
+def published(folder: Path) -> list[str]:
+    """The cache's own shards in `folder` (robowds-<sha256>.tar)."""
+    return sorted(p.name for p in folder.iterdir() if SHARD.match(p.name))
+
+
+def test_shards_download_once_then_read_locally(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any],
+                                                tmp_path: Path) -> None:
+    proxy, options = s3
+    shards = ShardDataset(URL, "train", storage_options=options).shards
+    proxy.configure(None)
+    assert batches(URL, storage_options=options, retry=FAST, cache_dir=tmp_path) == local
+    assert proxy.gets(".tar") == len(shards)  # one ranged read per shard (each < 8 MiB)
+    assert published(tmp_path) == sorted(f"robowds-{s.sha256}.tar" for s in shards)
+    proxy.configure(None)
+    assert batches(URL, storage_options=options, retry=FAST, cache_dir=tmp_path) == local  # a new run
+    assert proxy.gets(".tar") == 0  # all from the node cache
+
+
+def test_two_worker_processes_share_an_empty_cache(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any],
+                                                   tmp_path: Path) -> None:
+    """Batches of 1 dealt to 2 workers alternately: both want every shard at the same moment (with
+    50 ms per request, the downloads overlap); each is downloaded once, and both read it whole."""
+    proxy, options = s3
+    proxy.configure(None, latency_s=0.05)
+    assert batches(URL, 2, storage_options=options, retry=FAST, cache_dir=tmp_path) == local
+    shards = ShardDataset(URL, "train", storage_options=options).shards
+    assert proxy.gets(".tar") == len(shards)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_limit_is_exceeded_by_at_most_the_shard_landing(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any],
+                                                        tmp_path: Path, workers: int) -> None:
+    """A limit of 2.5 shards: at every sample (checked in the reading processes, by the transform)
+    the shards and downloads in the folder stay under limit + one shard; files that are not the
+    cache's own survive every eviction, and a dead download's temporary file is removed."""
+    proxy, options = s3
+    shards = ShardDataset(URL, "train", storage_options=options).shards
+    largest = max(s.bytes for s in shards)
+    limit = int(2.5 * largest)
+    foreign = {"notes.txt": b"mine", "robowds-0123.tar": b"x" * 10, "other.tar": b"y" * largest,
+               f"robowds-{'a' * 64}.tar.part": b"z"}
+    for name, data in foreign.items():
+        (tmp_path / name).write_bytes(data)
+    dead = tmp_path / f"robowds-{'b' * 64}.tar.12345-0badcafe.part"  # no process holds its lock
+    dead.write_bytes(b"\0" * largest)
+    cache = ShardCache(str(tmp_path), limit)
+
+    def check(sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        assert cache.usage() <= limit + largest, cache.usage()
+        return sample
+
+    proxy.configure(None, latency_s=0.01)
+    got = batches(URL, workers, storage_options=options, retry=FAST, cache_dir=tmp_path, cache_limit_bytes=limit,
+                  transform=check)
+    assert got == local
+    assert cache.usage() <= limit and len(published(tmp_path)) == 2  # the others were evicted
+    assert {name: (tmp_path / name).read_bytes() for name in foreign} == foreign
+    assert not dead.exists()
+
+
+def test_a_live_download_is_counted_and_kept(s3: tuple[FaultProxy, dict[str, Any]], exported: Path,
+                                             tmp_path: Path) -> None:
+    """Another process's download in flight (its temporary file locked) is never removed, and counts
+    against the limit at its full size: with it the limit has no room, so a read waits for it."""
+    proxy, options = s3
+    shard = ShardDataset(URL, "train", storage_options=options).shards[0]
+    live = tmp_path / f"robowds-{'c' * 64}.tar.{os.getpid()}-0000beef.part"
+    fd = os.open(live, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 1000)
+        cache = ShardCache(str(tmp_path), 1000 + shard.bytes)
+        data = (exported / shard.path).read_bytes()
+        with cache.open(shard.sha256, shard.bytes, lambda a, b: data[a:b]) as fh:  # fits beside it
+            assert fh.read() == data
+        assert live.exists() and cache.usage() == 1000 + shard.bytes
+    finally:
+        os.close(fd)
+    other = ShardDataset(URL, "train", storage_options=options).shards[1]
+    data = (exported / other.path).read_bytes()
+    with ShardCache(str(tmp_path), 0).open(other.sha256, other.bytes, lambda a, b: data[a:b]) as fh:
+        assert fh.read() == data  # alone over the limit: it lands anyway, everything else evicted
+    assert not live.exists()  # its owner let go: abandoned, removed by the next download's eviction
+    assert published(tmp_path) == [f"robowds-{other.sha256}.tar"]
+
+
+def test_a_corrupt_remote_shard_is_never_published(s3: tuple[FaultProxy, dict[str, Any]], exported: Path,
+                                                   tmp_path: Path) -> None:
+    proxy, options = s3
+    proxy.configure(None)
+    ds = ShardDataset(exported, "train", shuffle=False)
+    shard = ds.shards[0]
+    client = moto_client(proxy)
+    for path in exported.rglob("*"):
+        if path.is_file():
+            body = path.read_bytes()
+            if path.name == Path(shard.path).name:
+                body = body[:5000] + bytes([body[5000] ^ 1]) + body[5001:]  # one bit flipped, same size
+            client.put_object(Bucket="robots", Key=f"flip/{path.relative_to(exported).as_posix()}", Body=body)
+    remote = ShardDataset("s3://robots/flip/", "train", shuffle=False, storage_options=options, retry=FAST,
+                          cache_dir=tmp_path)
+    with pytest.raises(ShardReadError, match=rf"^shard {shard.path}: byte 0: s3://robots/flip/{shard.path}: "
+                                             r"the downloaded copy does not match the manifest"):
+        next(iter(remote))
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(f"robowds-{shard.sha256}.tar")]
+
+
+def test_local_exports_are_read_in_place(exported: Path, local: list[Any], tmp_path: Path) -> None:
+    assert batches(exported, cache_dir=tmp_path / "unused") == local
+    assert not (tmp_path / "unused").exists()
+    with pytest.raises(ValueError, match="cache_limit_bytes must be >= 0"):
+        ShardDataset(exported, "train", cache_dir=tmp_path, cache_limit_bytes=-1)
