@@ -225,3 +225,40 @@ def test_jpeg_size_of_a_real_jpeg_and_raw_layouts_with_row_padding() -> None:
     np.testing.assert_array_equal(raw_rgb("bgr8", 5, 7, 24, padded.reshape(-1)), image)
     with pytest.raises(ValueError, match="needs 120 bytes"):
         raw_rgb("rgb8", 5, 7, 24, padded.reshape(-1)[:100])
+
+
+def test_a_type_without_header_and_unset_stamps_use_receive_times(tmp_path: Path) -> None:
+    """geometry_msgs/Twist has no header: receive times, said in the report; an Imu publisher that never
+    set its stamps (all zero): receive times for that episode, noted."""
+    from rosbags.rosbag1 import Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    store = get_typestore(Stores.ROS1_NOETIC)
+    T = store.types
+    receive = [T0_NS + k * 50_000_000 for k in range(6)]
+    with Writer(tmp_path / "cmd.bag") as writer:
+        twist = writer.add_connection("/cmd_vel", "geometry_msgs/msg/Twist", typestore=store)
+        imu = writer.add_connection("/imu", "sensor_msgs/msg/Imu", typestore=store)
+        vec = T["geometry_msgs/msg/Vector3"]
+        for k, ns in enumerate(receive):
+            msg = T["geometry_msgs/msg/Twist"](linear=vec(x=0.1 * k, y=0.0, z=0.0), angular=vec(x=0.0, y=0.0, z=-k))
+            writer.write(twist, ns, store.serialize_ros1(msg, "geometry_msgs/msg/Twist"))
+            header = T["std_msgs/msg/Header"](seq=k, stamp=T["builtin_interfaces/msg/Time"](sec=0, nanosec=0), frame_id="")
+            m = T["sensor_msgs/msg/Imu"](header=header, orientation=T["geometry_msgs/msg/Quaternion"](x=0, y=0, z=0, w=1),
+                                         orientation_covariance=np.zeros(9), angular_velocity=vec(x=k, y=0, z=0),
+                                         angular_velocity_covariance=np.zeros(9), linear_acceleration=vec(x=0, y=0, z=9.8),
+                                         linear_acceleration_covariance=np.zeros(9))
+            writer.write(imu, ns + 1_000_000, store.serialize_ros1(m, "sensor_msgs/msg/Imu"))
+    mapping = tmp_path / "m.yaml"
+    mapping.write_text("topics:\n  /cmd_vel:\n    fields:\n      cmd: {paths: [linear.x, angular.z], names: [v, w]}\n"
+                       "  /imu: {name: imu}\n")
+    out = tmp_path / "store"
+    assert main(["convert", "rosbag", str(tmp_path / "cmd.bag"), str(out), "--quiet", "--workers", "1",
+                 "--mapping", str(mapping)]) == 0
+    report = json.loads((out / "convert_report.json").read_text())
+    assert report["topics"]["/cmd_vel"]["time"] == "receive (the type has no header)"
+    assert report["notes"] == ["episode cmd: /imu: every header stamp is zero; receive times used"]
+    row = pq.read_table(out / "episodes.parquet").to_pylist()[0]
+    seconds = [ns // 10**9 + (ns % 10**9) / 1e9 for ns in receive]
+    assert row["cmd"]["t"] == seconds and row["cmd"]["v"] == [[0.1 * k, -k] for k in range(6)]
+    assert row["imu_angular_velocity"]["t"] == [(ns + 10**6) // 10**9 + ((ns + 10**6) % 10**9) / 1e9 for ns in receive]
