@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from robowds.export.convert.episode_store import FieldSpec
-from robowds.export.convert.rosbag_episode import BagTask, TopicPlan, convert_episode
+from robowds.export.convert.rosbag_episode import BagTask, TopicPlan, convert_episode, field_getter
 from robowds.export.convert.rosbag_mapping import (
     DEFAULTS, IMAGE_TYPES, SUPPORTED, Column, StreamMap, TopicMapping, column_names, gap_segments, marker_segments,
     parse_mapping, resolve_path, result_dtype, topic_prefixes, unique_field_names)
@@ -89,9 +89,13 @@ def _inventory(bags: list[Bag], wanted: Any, split_topic: str | None, split_gap_
 
 
 def _definitions(inv: Inventory, reader: Any, topics: list[str], bag: Bag) -> None:  # noqa: ANN401
+    """Each topic's first message and its type definitions (a topic recorded here without a message
+    is looked up again in the next bag that has it)."""
     for topic in topics:
-        inv.first[topic] = first_message(reader, topic, bag.path)
-        inv.fielddefs[topic] = reader.typestore.fielddefs
+        first = first_message(reader, topic, bag.path)
+        if first is not None:
+            inv.first[topic] = first
+            inv.fielddefs[topic] = reader.typestore.fielddefs
 
 
 def _segments(reader: Any, bag: Bag, topics: list[str], split_topic: str | None,  # noqa: ANN401
@@ -129,7 +133,7 @@ def _streams(topic: str, msgtype: str, entry: TopicMapping | None, prefix: str, 
             notes.append(f"{topic}: orientation not provided (orientation_covariance[0] = -1): not converted")
             continue
         if columns[0].sequence:  # JointState: as many values as the first message's joints
-            width = len(getattr(first, d.paths[0]))
+            width = len(field_getter(d.paths[0])(first))
             if width == 0:
                 notes.append(f"{topic}: {d.suffix} is empty in the first message: not converted")
                 continue
@@ -154,11 +158,8 @@ def _custom(topic: str, msgtype: str, name: str, spec: dict[str, Any], fielddefs
             raise UserError(f"{where}: topics.{topic}.fields.{name}: {exc}",
                             hint=f"paths are message fields of {msgtype}, e.g. header.stamp.sec") from exc
         for c in resolved:
-            if c.sequence:
-                value = first
-                for part in c.path.split("."):
-                    value = getattr(value, part.partition("[")[0])
-                c = Column(c.path, c.dtype, len(value), True)
+            if c.sequence:  # as many columns as the first message holds
+                c = Column(c.path, c.dtype, len(field_getter(c.path)(first)), True)
             columns.append(c)
             rel = c.path[len(path) + 1:] if c.path != path else c.path
             short.extend(column_names([Column(rel, c.dtype, c.width)]))

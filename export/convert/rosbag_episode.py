@@ -45,7 +45,7 @@ class BagTask:
     stop_ns: int | None = None
 
 
-def _getter(path: str) -> Callable[[Any], Any]:
+def field_getter(path: str) -> Callable[[Any], Any]:
     """`a.b[2].c` -> a function of a message (attrgetter where there is no index: C speed)."""
     if "[" not in path:
         return attrgetter(path)
@@ -77,7 +77,7 @@ class FieldRows:
             self.extract = get if len(cols) > 1 else (lambda m: (get(m),))
             self.flat = True
         else:
-            getters = [_getter(c.path) for c in cols]
+            getters = [field_getter(c.path) for c in cols]
             self.extract = lambda m: np.concatenate([np.ravel(g(m)) for g in getters])
 
     def _joints(self, msg: Any) -> np.ndarray:  # noqa: ANN401

@@ -46,8 +46,9 @@ def find_bags(src: Path) -> list[Bag]:
     if not bags:
         raise UserError(f"{src}: no ROS bag found (no .bag, .mcap, .db3 file, no folder with metadata.yaml)",
                         hint="pass a bag, or the folder that holds the bags")
-    return [Bag(p, (p.relative_to(src).with_suffix("") if p.is_file() else p.relative_to(src)).as_posix())
-            for p in bags]
+    names = [(p.relative_to(src).with_suffix("") if p.is_file() else p.relative_to(src)).as_posix() for p in bags]
+    # x.bag next to x.mcap (or a ROS 2 folder x): those keep their suffix, so every episode id is distinct
+    return [Bag(p, n if names.count(n) == 1 else p.relative_to(src).as_posix()) for p, n in zip(bags, names)]
 
 
 def _walk(folder: Path, seen: set[Path]) -> list[Path]:
@@ -98,10 +99,11 @@ def open_bag(bag: Path, typestore: str, episode: str | None = None) -> Iterator[
     from rosbags.typesys import Stores, get_typestore
 
     try:
-        store = get_typestore(Stores(typestore))
+        kind = Stores(typestore)
     except ValueError as exc:
         raise UserError(f"unknown typestore {typestore!r}",
                         hint=f"one of {', '.join(s.value for s in Stores if s.value != 'empty')}") from exc
+    store = get_typestore(kind) if bag.suffix != ".bag" else None  # ROS 1 bags always embed definitions
     reader = highlevel.AnyReader([bag], default_typestore=store)
     try:
         reader.open()
