@@ -84,8 +84,9 @@ def damaged(bag: Path, exc: BaseException, episode: str | None = None, topic: st
     where = f"episode {episode!r}: " if episode else ""
     where += f"{bag}" + (f", topic {topic}" if topic else "")
     reason = f"{type(exc).__name__}: {exc}".strip() if str(exc) else type(exc).__name__
-    hint = ("the file is damaged or truncated: copy it again; a ROS 1 bag whose recording was killed needs "
-            "`rosbag reindex` first")
+    repair = ("a ROS 1 bag whose recording was killed needs `rosbag reindex` first" if bag.suffix == ".bag" else
+              "an MCAP file whose recording was killed can be repaired with `mcap recover`")
+    hint = f"the file is damaged or truncated: copy it again; {repair}"
     if episode:
         hint += "; or pass --skip-bad to convert the other episodes"
     return UserError(f"{where}: cannot read the bag ({reason})", hint=hint)
