@@ -1,4 +1,5 @@
-"""A node-local cache of whole remote shards, shared by every DataLoader worker and rank of a node.
+"""A node-local cache of whole remote shards (and their offset indexes), shared by every DataLoader
+worker and rank of a node.
 
 Why whole shards: the plan reads a few shards at a time, every sample of each once per epoch, so one
 download per shard (in large ranged reads) replaces thousands of requests, and later epochs read from
@@ -8,7 +9,8 @@ The rules that make it safe, with only the file system for coordination (no regi
 - A shard is published whole or not at all. It is downloaded into a temporary file in the cache folder
   (`robowds-<sha256>.tar.<pid>-<token>.part`, preallocated to its full size), checked against the
   manifest's size and sha256, fsynced, then renamed to `robowds-<sha256>.tar` (atomic within one
-  folder). A reader only ever opens that final name, so it never sees a partial file.
+  folder). A reader only ever opens that final name, so it never sees a partial file. A shard's offset
+  index (`<shard>.idx`) is kept the same way, as `robowds-<its sha256>.idx`.
 - One download per shard on the node: the downloader holds an exclusive `flock` on
   `robowds-<sha256>.lock`; a process that wants the same shard waits for that lock and then finds
   the published file. Locks die with their process, so a crashed downloader blocks nobody.
@@ -36,8 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator
 
-SHARD = re.compile(r"^robowds-(?P<sha>[0-9a-f]{64})\.tar$")
-PART = re.compile(r"^robowds-(?P<sha>[0-9a-f]{64})\.tar\.(?P<pid>[0-9]+)-(?P<token>[0-9a-f]{8})\.part$")
+SHARD = re.compile(r"^robowds-(?P<sha>[0-9a-f]{64})\.(?P<kind>tar|idx)$")  # a shard, or its offset index
+PART = re.compile(r"^robowds-(?P<sha>[0-9a-f]{64})\.(tar|idx)\.(?P<pid>[0-9]+)-(?P<token>[0-9a-f]{8})\.part$")
 LOCK = re.compile(r"^robowds-(?P<sha>[0-9a-f]{64})\.lock$")
 FOLDER_LOCK = "robowds-cache.lock"
 CHUNK = 8 << 20  # bytes per ranged read of a download
@@ -60,32 +62,33 @@ class ShardCache:
         if self.limit_bytes is not None and self.limit_bytes < 0:
             raise ValueError(f"cache_limit_bytes must be >= 0 or None, got {self.limit_bytes}")
 
-    def path(self, sha256: str) -> str:
-        return os.path.join(self.folder, f"robowds-{sha256}.tar")
+    def path(self, sha256: str, kind: str = "tar") -> str:
+        return os.path.join(self.folder, f"robowds-{sha256}.{kind}")
 
-    def open(self, sha256: str, size: int, download: Callable[[int, int], bytes]) -> BinaryIO:
-        """The shard with this sha256 and size, opened for reading: the published copy if there is one,
-        else downloaded first with `download(start, stop) -> bytes` (ranged reads, retried by the
-        caller). `ShardCacheError` if the download does not match; the caller's errors pass through."""
-        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
-            raise ValueError(f"not a sha256 hex digest: {sha256!r}")
-        found = self._open_published(sha256)
+    def open(self, sha256: str, size: int, download: Callable[[int, int], bytes], kind: str = "tar") -> BinaryIO:
+        """The shard (`kind` "tar") or shard index ("idx") with this sha256 and size, opened for
+        reading: the published copy if there is one, else downloaded first with `download(start, stop)
+        -> bytes` (ranged reads, retried by the caller). `ShardCacheError` if the download does not
+        match; the caller's errors pass through."""
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256) or kind not in ("tar", "idx"):
+            raise ValueError(f"not a sha256 hex digest and kind: {sha256!r}, {kind!r}")
+        found = self._open_published(sha256, kind)
         if found is not None:
             return found
         os.makedirs(self.folder, exist_ok=True)
         with _flock(os.path.join(self.folder, f"robowds-{sha256}.lock")):  # one download per shard
-            found = self._open_published(sha256)  # a process that held the lock before us published it
+            found = self._open_published(sha256, kind)  # a process that held the lock before us published it
             if found is not None:
                 return found
-            return self._download(sha256, size, download)
+            return self._download(sha256, size, download, kind)
 
     def usage(self) -> int:
         """Bytes of shards and downloads in flight in the folder (what the limit bounds)."""
         return sum(size for _, size, _, _ in _scan(self.folder, clean=False))
 
-    def _open_published(self, sha256: str) -> BinaryIO | None:
+    def _open_published(self, sha256: str, kind: str) -> BinaryIO | None:
         try:
-            fh = open(self.path(sha256), "rb")
+            fh = open(self.path(sha256, kind), "rb")
         except FileNotFoundError:
             return None
         try:
@@ -94,8 +97,9 @@ class ShardCache:
             pass  # a read-only cache folder still serves its shards
         return fh
 
-    def _download(self, sha256: str, size: int, download: Callable[[int, int], bytes]) -> BinaryIO:
-        part = self.path(sha256) + f".{os.getpid()}-{secrets.token_hex(4)}.part"
+    def _download(self, sha256: str, size: int, download: Callable[[int, int], bytes], kind: str) -> BinaryIO:
+        final = self.path(sha256, kind)
+        part = final + f".{os.getpid()}-{secrets.token_hex(4)}.part"
         fd = self._reserve(part, size)
         try:
             digest, done = hashlib.sha256(), 0
@@ -110,7 +114,7 @@ class ShardCache:
                 raise ShardCacheError(f"the downloaded copy does not match the manifest ({done} bytes, sha256 "
                                       f"{digest.hexdigest()[:16]}..., expected {size} bytes, {sha256[:16]}...)")
             os.fsync(fd)
-            os.rename(part, self.path(sha256))  # published whole: readers open only this name
+            os.rename(part, final)  # published whole: readers open only this name
             _fsync_folder(self.folder)
             os.utime(fd)
             return os.fdopen(fd, "rb")  # our flock on it goes when the caller closes it
@@ -144,7 +148,7 @@ class ShardCache:
             if used + size <= self.limit_bytes:
                 break
             _remove(path)
-            _remove(path[:-len(".tar")] + ".lock")
+            _remove(os.path.splitext(path)[0] + ".lock")
             used -= n
         return used + size <= self.limit_bytes or used == 0
 

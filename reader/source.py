@@ -29,9 +29,9 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
-from robowds.reader.manifest import (INDEX_DTYPE, MANIFEST_NAME, ManifestError, ShardIndexError, ShardInfo,
-                                     parse_manifest, shard_index)
 from robowds.reader.fetch import MAX_REQUEST_BYTES, fetch_in_order
+from robowds.reader.manifest import (INDEX_DTYPE, INDEX_SUFFIX, MANIFEST_NAME, ManifestError, ShardIndexError,
+                                     ShardInfo, parse_manifest, shard_index)
 from robowds.reader.remote import ObjectTruncated, RangeReader, RemoteReadError, RetryPolicy, s3_filesystem
 from robowds.reader.shard_cache import ShardCache, ShardCacheError
 
@@ -158,6 +158,14 @@ class ShardSource:
             with open(self.location(path), "rb") as fh:
                 return fh.read()
         url = self.location(path)
+        shard = self._shards.get(path[:-len(INDEX_SUFFIX)]) if path.endswith(INDEX_SUFFIX) else None
+        if self.cache is not None and shard is not None and shard.index_sha256:
+            try:  # from the node cache, downloaded and checked there on first use
+                fetch = lambda start, stop: self._remote().read(url, start, stop)  # noqa: E731
+                with self.cache.open(shard.index_sha256, size, fetch, "idx") as fh:
+                    return fh.read()
+            except (ShardCacheError, RemoteReadError, OSError):
+                pass  # read as below, so that its problem is reported as an uncached index's is
         try:
             return self._remote().read(url, 0, size)
         except ObjectTruncated:

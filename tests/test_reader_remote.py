@@ -186,7 +186,8 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
     began = time.monotonic()
     with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated "
                                              rf"\(wanted bytes {shard_offsets(exported, shard)[3]}-{shard_offsets(exported, shard)[4]} of "
-                                             rf"s3://robots/cut/{shard['path']}, the object has {cut} bytes; permanent, not retried\)"):
+                                             rf"s3://robots/cut/{shard['path']}, the object has {cut} bytes; "
+                                             r"permanent, not retried\)"):
         list(ds)
     assert time.monotonic() - began < 2
 

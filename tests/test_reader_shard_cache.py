@@ -52,9 +52,9 @@ def batches(source: Any, workers: int = 0, **kwargs: Any) -> list[Any]:
                                               num_workers=workers)]
 
 
-def published(folder: Path) -> list[str]:
-    """The cache's own shards in `folder` (robowds-<sha256>.tar)."""
-    return sorted(p.name for p in folder.iterdir() if SHARD.match(p.name))
+def published(folder: Path, kind: str = "tar") -> list[str]:
+    """The cache's own shards (or indexes: "idx") in `folder` (robowds-<sha256>.<kind>)."""
+    return sorted(p.name for p in folder.iterdir() if (m := SHARD.match(p.name)) and m["kind"] == kind)
 
 
 def test_shards_download_once_then_read_locally(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any],
@@ -65,9 +65,10 @@ def test_shards_download_once_then_read_locally(s3: tuple[FaultProxy, dict[str, 
     assert batches(URL, storage_options=options, retry=FAST, cache_dir=tmp_path) == local
     assert proxy.gets(".tar") == len(shards)  # one ranged read per shard (each < 8 MiB)
     assert published(tmp_path) == sorted(f"robowds-{s.sha256}.tar" for s in shards)
+    assert published(tmp_path, "idx") == sorted({f"robowds-{s.index_sha256}.idx" for s in shards})  # by content
     proxy.configure(None)
     assert batches(URL, storage_options=options, retry=FAST, cache_dir=tmp_path) == local  # a new run
-    assert proxy.gets(".tar") == 0  # all from the node cache
+    assert proxy.gets(".tar") == proxy.gets(".idx") == 0  # all from the node cache
 
 
 def test_two_worker_processes_share_an_empty_cache(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any],
