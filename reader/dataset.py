@@ -25,7 +25,7 @@ from robowds.reader.format import ShardFormatError
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import shards_of
 from robowds.reader.members import MemberSet
-from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, worker_count
+from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
 from robowds.reader.remote import RetryPolicy
 from robowds.reader.shard_cache import ShardCache
 from robowds.reader.source import ShardReadError, ShardSource, load_manifest
@@ -120,7 +120,7 @@ class ShardDataset(IterableDataset):
         """This rank's sample ids for the current epoch, in order: [R] int64. Materialised, for tools
         and tests; reading never builds it."""
         plan = self.plan()
-        return plan.ids(np.arange(plan.length, dtype=np.int64))
+        return materialise(plan.ids, plan.length)
 
     def epoch_length(self) -> int:
         """Samples this rank reads in the current epoch (identical on every rank)."""

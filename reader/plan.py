@@ -37,7 +37,7 @@ whole arrays; they exist for tests, tools and small splits, never for the readin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -192,7 +192,8 @@ class RankPlan:
         self._offset = rank * self.length  # this rank's first index into the remaining sequence
 
     def ids(self, positions: np.ndarray) -> np.ndarray:
-        """Sample ids at `positions` [P] of this rank's sequence (each in [0, length)): [P] int64."""
+        """Sample ids at `positions` [P] of this rank's sequence (each in [0, length)): [P] int64.
+        Temporaries are ~10 x [P] uint64 (the Feistel round keys): call it on chunks (`CHUNK`)."""
         index = self._offset + np.asarray(positions, dtype=np.int64)  # [P] into the remaining sequence
         if self.remaining:
             index %= self.remaining  # `pad`: indexes past the end repeat the sequence's start
@@ -247,17 +248,26 @@ def worker_positions(length: int, start: int, batch_size: int, num_workers: int,
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
+def materialise(ids: Callable[[np.ndarray], np.ndarray], length: int, chunk: int = CHUNK) -> np.ndarray:
+    """ids(positions) for all positions of [0, length), computed chunk by chunk (so the temporaries
+    stay O(chunk)): [length] int64."""
+    out = np.empty(length, dtype=np.int64)
+    for lo in range(0, length, chunk):
+        out[lo:lo + chunk] = ids(np.arange(lo, min(lo + chunk, length), dtype=np.int64))
+    return out
+
+
 def rank_sequence(spec: PlanSpec, epoch: int, world_size: int, rank: int) -> np.ndarray:
     """The ids rank `rank` reads this epoch, in order: [R] int64 (materialised: for tests and tools)."""
     plan = RankPlan(spec, epoch, world_size, rank)
-    return plan.ids(np.arange(plan.length, dtype=np.int64))
+    return materialise(plan.ids, plan.length)
 
 
 def epoch_order(counts: Sequence[int], seed: int, epoch: int, shuffle: bool = True, block: int = 4096) -> np.ndarray:
     """All sample ids of the split in this epoch's order: [N] int64, a permutation of range(N)
     (materialised: for tests and tools)."""
     order = EpochOrder(counts, seed, epoch, shuffle, block)
-    return order(np.arange(order.size, dtype=np.int64))
+    return materialise(order, order.size)
 
 
 def split_ranks(order: np.ndarray, world_size: int, policy: str) -> np.ndarray:
