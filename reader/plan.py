@@ -20,7 +20,7 @@ P positions a worker actually asks for (in chunks, as it reads). For one epoch:
 3. Elastic resume: an earlier topology (W, c) of this epoch consumed the first c positions of each of
    its W contiguous parts. What it left is the sequence minus those W ranges, in order: so the
    sequence that remains after any history is a sorted list of position ranges of the epoch order
-   (`remaining_ranges`, [K] with K <= 1 + the sum of the world sizes), computed arithmetically, and
+   (`remaining_ranges`, [K]: each topology adds at most 2W + 1 ranges), computed arithmetically, and
    the new topology splits that sequence as in 2. (Under `drop`, the tail an earlier topology would
    have skipped is still unread, so it stays in.) A padded position an earlier rank consumed is the
    sample at that position modulo the sequence's length: read, so removed too.
