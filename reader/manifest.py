@@ -20,7 +20,7 @@ uint64, entry i the byte offset of sample i's first tar header, the last one the
 sample (`bytes - 1024`, where the end-of-archive blocks start); sample i is [idx[i], idx[i + 1]).
 `index_sha256` is that file's sha256: the reader reads an index only when it first reads from its
 shard, and refuses one that does not match (`decode_index`). So the manifest holds O(shards) bytes
-(~200 per shard), never O(samples): at 100M samples the inline offsets of version 1 were ~1 GB of JSON
+(~230 per shard), never O(samples): at 100M samples the inline offsets of version 1 were ~1 GB of JSON
 that every rank and worker parsed at start.
 
 Version 1 manifests (offsets inline: `"offsets": [int, ...]` per shard, `samples` entries, no
@@ -34,7 +34,7 @@ import json
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -66,6 +66,7 @@ class ShardIndexError(ManifestError):
 
 
 def _index_fix(shard: "ShardInfo") -> str:
+    """The fix for any index problem: the index is derived data, so the export's own copy is right."""
     return f"restore {shard.index_path} from the export it came with (export writes it next to the shard), or export again"
 
 
@@ -139,7 +140,7 @@ def decode_index(shard: ShardInfo, data: bytes) -> np.ndarray:
     return index.astype(np.int64)
 
 
-def shard_index(shard: ShardInfo, read: Any) -> np.ndarray:
+def shard_index(shard: ShardInfo, read: Callable[[str], bytes]) -> np.ndarray:
     """The offsets of `shard` ([samples + 1] int64): inline (version 1) or `read(index_path)`'s bytes,
     checked (version 2). `read` raises OSError (or its own error) when the file cannot be read."""
     inline = shard.inline_index()
