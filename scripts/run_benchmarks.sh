@@ -23,5 +23,6 @@ else
 fi
 run $PY scripts/bench_codecs.py
 run $PY scripts/bench_stats.py
+run $PY scripts/bench_remote.py
 echo
 echo "# done $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
