@@ -25,7 +25,7 @@ from robowds.export.convert.rosbag_mapping import (
     DEFAULTS, IMAGE_TYPES, SUPPORTED, Column, StreamMap, TopicMapping, column_names, gap_segments, marker_segments,
     parse_mapping, resolve_path, result_dtype, topic_prefixes, unique_field_names)
 from robowds.export.convert.rosbag_source import (
-    Bag, find_bags, first_message, open_bag, open_index, receive_times, topic_types)
+    Bag, find_bags, first_message, listed_topics, open_bag, open_index, receive_times, topic_types)
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
 
@@ -62,21 +62,25 @@ def _inventory(bags: list[Bag], wanted: Any, split_topic: str | None, split_gap_
                typestore: str, skip_bad: bool) -> Inventory:
     """Every bag's topic types and episode segments; the definitions and first message of each wanted
     topic from the first bag that has it. The first bag is opened with its type store (it defines most
-    topics); the others from their index alone (no type store built, nothing deserialised), and again
-    with a type store only if they bring a new topic."""
+    topics); the others are read as little as their inventory needs: a ROS 2 folder's metadata.yaml,
+    else the bag's index (no type store, nothing deserialised), and with a type store only if they
+    bring a new topic."""
     inv = Inventory()
+    splitting = split_topic is not None or split_gap_s is not None
     for k, bag in enumerate(bags):
         try:
-            with (open_bag(bag.path, typestore) if k == 0 else open_index(bag.path)) as reader:
-                types = topic_types(reader, bag.path)
-                for topic, msgtype in types.items():
-                    if inv.types.setdefault(topic, msgtype) != msgtype:
-                        raise UserError(f"{bag.path}: topic {topic} is {msgtype}, but {inv.types[topic]} in an earlier "
-                                        "bag", hint="convert these bags separately")
-                segments = _segments(reader, bag, [t for t in types if wanted(t, types[t])], split_topic, split_gap_s)
-                new = [t for t in types if t not in inv.first and wanted(t, types[t])]
-                if new and k == 0:
-                    _definitions(inv, reader, new, bag)
+            listed = listed_topics(bag.path) if k > 0 and not splitting else None
+            if listed is not None:
+                types, segments = listed, None
+            else:
+                with open_bag(bag.path, typestore) if k == 0 else open_index(bag.path) as reader:
+                    types = topic_types(reader, bag.path)
+                    segments = _segments(reader, bag, [t for t in types if wanted(t, types[t])], split_topic,
+                                         split_gap_s)
+                    if k == 0:
+                        _definitions(inv, reader, [t for t in types if wanted(t, types[t])], bag)
+            _merge_types(inv, types, bag)
+            new = [t for t in types if t not in inv.first and wanted(t, types[t])]
             if new and k > 0:
                 with open_bag(bag.path, typestore) as reader:
                     _definitions(inv, reader, new, bag)
@@ -86,6 +90,13 @@ def _inventory(bags: list[Bag], wanted: Any, split_topic: str | None, split_gap_
                 raise
             inv.skipped.append({"episode": bag.name, "reason": str(exc)})
     return inv
+
+
+def _merge_types(inv: Inventory, types: dict[str, str], bag: Bag) -> None:
+    for topic, msgtype in types.items():
+        if inv.types.setdefault(topic, msgtype) != msgtype:
+            raise UserError(f"{bag.path}: topic {topic} is {msgtype}, but {inv.types[topic]} in an earlier bag",
+                            hint="convert these bags separately")
 
 
 def _definitions(inv: Inventory, reader: Any, topics: list[str], bag: Bag) -> None:  # noqa: ANN401

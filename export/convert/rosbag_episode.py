@@ -64,20 +64,20 @@ def field_getter(path: str) -> Callable[[Any], Any]:
     return get
 
 
+EXACT_IN_FLOAT64 = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "float32", "float64"}
+STAMP = ("header.stamp.sec", "header.stamp.nanosec")
+
+
 class FieldRows:
-    """The values of one time-series field, one row per message."""
+    """The values of one time-series field read one message at a time (arrays, JointState, int64
+    columns); scalar fields of other dtypes are read in one pass per topic by `TopicRows`."""
 
     def __init__(self, stream: StreamMap) -> None:
-        self.stream, self.rows, self.flat = stream, [], False
-        cols = stream.columns
+        self.stream, self.rows = stream, []
         if stream.joints is not None:
             self.extract = self._joints
-        elif all(c.width == 0 and "[" not in c.path for c in cols):  # scalars: one flat list, N per message
-            get = attrgetter(*[c.path for c in cols])
-            self.extract = get if len(cols) > 1 else (lambda m: (get(m),))
-            self.flat = True
         else:
-            getters = [field_getter(c.path) for c in cols]
+            getters = [field_getter(c.path) for c in stream.columns]
             self.extract = lambda m: np.concatenate([np.ravel(g(m)) for g in getters])
 
     def _joints(self, msg: Any) -> np.ndarray:  # noqa: ANN401
@@ -97,8 +97,6 @@ class FieldRows:
 
     def values(self) -> np.ndarray:
         """[T, N] in the field's dtype."""
-        if self.flat:  # a flat list of T x N scalars converts 3x faster than T tuples
-            return np.array(self.rows, dtype=self.stream.dtype).reshape(-1, len(self.stream.columns))
         try:
             out = np.array(self.rows, dtype=self.stream.dtype)
         except ValueError as exc:
@@ -107,34 +105,60 @@ class FieldRows:
         return out.reshape(len(self.rows), -1)
 
 
+def _packable(stream: StreamMap) -> bool:
+    """Scalars that float64 holds exactly (every dtype but 64-bit integers), by plain attribute paths."""
+    return stream.joints is None and all(c.width == 0 and "[" not in c.path and c.dtype in EXACT_IN_FLOAT64
+                                         for c in stream.columns)
+
+
 class TopicRows:
-    """Everything collected from one topic: receive times, header stamps, field rows, frames."""
+    """Everything collected from one topic: receive times, header stamps, field values, frames.
+
+    Per message, one C-level `attrgetter` call reads the header stamp and every scalar column of the
+    topic's packable fields into one flat list (the loop runs once per message of the bag: one call
+    instead of one per field and a Python-level stamp); other fields and camera frames are fed one
+    by one."""
 
     def __init__(self, plan: TopicPlan, folder: Path, episode: str) -> None:
-        self.plan, self.recv, self.header = plan, [], ([] if plan.time == "header" else None)
-        self.fields = [FieldRows(s) for s in plan.streams if s.kind == "timeseries"]
+        self.plan, self.recv, self.flat = plan, [], []
+        streams = [s for s in plan.streams if s.kind == "timeseries"]
+        self.packed = [s for s in streams if _packable(s)]
+        self.fields = [FieldRows(s) for s in streams if not _packable(s)]
         self.spools = [(s, FrameSpool(folder / f".spool-{_safe(episode)}-{s.field}", plan.topic)) for s in plan.streams
                        if s.kind == "video"]  # one file per episode and field: workers share the folder
-        # per message: (append, extract) pairs, bound once (this loop runs once per message of the bag)
-        self.sinks = [(f.rows.extend if f.flat else f.rows.append, f.extract) for f in self.fields] + [
-            (s.add, _same) for _, s in self.spools]
-        self.recv_append = self.recv.append
-        self.header_append = self.header.append if self.header is not None else None
+        paths = [*(STAMP if plan.time == "header" else ()), *(c.path for s in self.packed for c in s.columns)]
+        self.width = len(paths)
+        get = attrgetter(*paths) if paths else None
+        self.get = (lambda m: (get(m),)) if len(paths) == 1 else get
+        self.sinks = [(f.rows.append, f.extract) for f in self.fields] + [(s.add, _same) for _, s in self.spools]
 
     def add(self, receive_ns: int, msg: Any) -> None:  # noqa: ANN401
-        self.recv_append(receive_ns)
-        if self.header_append is not None:
-            stamp = msg.header.stamp
-            self.header_append(stamp.sec * 1_000_000_000 + stamp.nanosec)
+        self.recv.append(receive_ns)
+        if self.get is not None:
+            self.flat.extend(self.get(msg))
         for append, extract in self.sinks:
             append(extract(msg))
 
-    def times(self) -> tuple[np.ndarray, list[str]]:
+    def table(self) -> np.ndarray:
+        """The packed values, [T, width] float64 (exact for every packed dtype)."""
+        return np.array(self.flat, np.float64).reshape(len(self.recv), self.width)
+
+    def columns(self, table: np.ndarray) -> dict[str, np.ndarray]:
+        """field -> [T, N] values in the field's dtype, every time-series field of the topic."""
+        out, at = {}, 2 if self.plan.time == "header" else 0
+        for s in self.packed:
+            out[s.field] = table[:, at:at + len(s.columns)].astype(s.dtype)
+            at += len(s.columns)
+        for f in self.fields:
+            out[f.stream.field] = f.values()
+        return out
+
+    def times(self, table: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """[T] int64 ns in message order, and notes."""
         recv = np.array(self.recv, np.int64)
-        if self.header is None:
+        if self.plan.time != "header":
             return recv, []
-        header = np.array(self.header, np.int64)
+        header = table[:, 0].astype(np.int64) * 1_000_000_000 + table[:, 1].astype(np.int64)
         if len(header) and not header.any():
             return recv, [f"{self.plan.topic}: every header stamp is zero; receive times used"]
         return header, []
@@ -176,18 +200,19 @@ def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
             row.update({s.field: None for s in tp.streams})
             notes.append(f"episode {ep}: topic {tp.topic} has no message; its fields are empty")
             continue
-        ns, topic_notes = rows.times()  # [T] in message order
+        table = rows.table()  # [T, K]
+        ns, topic_notes = rows.times(table)  # [T] in message order
         t = seconds(ns)  # [T] float64
         order = np.argsort(ns, kind="stable")
         if np.any(np.diff(ns) < 0):
             topic_notes.append(f"{tp.topic}: {int(np.sum(np.diff(ns) < 0))} messages out of time order, sorted")
-        for f in rows.fields:
-            try:
-                values = f.values()  # [T, N]
-            except ValueError as exc:
-                raise UserError(f"episode {ep!r}: {bag}, topic {tp.topic}: {exc}",
-                                hint="map fixed-width values only (e.g. position[0]), or pass --skip-bad") from exc
-            row[f.stream.field] = {"t": t[order], "v": values[order]}
+        try:
+            columns = rows.columns(table)  # field -> [T, N]
+        except ValueError as exc:
+            raise UserError(f"episode {ep!r}: {bag}, topic {tp.topic}: {exc}",
+                            hint="map fixed-width values only (e.g. position[0]), or pass --skip-bad") from exc
+        for name, values in columns.items():
+            row[name] = {"t": t[order], "v": values[order]}
         for stream, spool in rows.spools:
             rel = Path("media") / stream.field / f"{_safe(ep)}.mkv"
             offset, fps, video_notes = spool.write_video(ns, folder / rel)
