@@ -4,7 +4,7 @@ SRC is one bag (a ROS 1 `.bag`, a ROS 2 bag folder with metadata.yaml, a bare `.
 folder of bags (each its own episode, its id the bag's path under SRC without suffix). One episode per
 bag, or several: `split_topic` (a message on that topic starts an episode) or `split_gap_s` (a gap
 longer than that in the receive times of every converted topic cuts). Cuts are on receive times, read
-from the ROS 1 index or without deserialising, so the plan costs no deserialisation.
+from the ROS 1 index or without deserialising: the plan deserialises each topic's first message only.
 
 Fields (see `rosbag_mapping`): by default every topic of a supported type (Imu, JointState, Odometry,
 NavSatFix, Image, CompressedImage) with its default fields; with a mapping file, exactly the topics it
@@ -15,7 +15,7 @@ allows any origin, every stream of a bag shares that clock, and split episodes k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,22 @@ def plan_rosbag(src: Path, mapping: Path | None = None, time: str = "header", sp
         raise UserError(f"--split-topic {split_topic}: no bag under {src} has that topic",
                         hint=f"the bags hold: {', '.join(sorted(inv.types))}")
     topics = list(entries) if entries is not None else sorted(t for t in inv.first)
+    topic_plans, report_topics, notes = _topic_plans(topics, entries, inv, time, where)
+    specs = [_spec(s) for tp in topic_plans for s in tp.streams]
+    kinds = sorted({"ROS 1" if b.path.suffix == ".bag" else "ROS 2" for b in bags})
+    report = {"bags": len(bags), "ros": kinds, "time": time, "topics": report_topics,
+              "mapping": str(mapping) if mapping else None,
+              "unsupported_topics": {t: m for t, m in sorted(inv.types.items()) if t not in report_topics},
+              "split": {"topic": split_topic} if split_topic else {"gap_s": split_gap_s} if split_gap_s else None,
+              "plan_notes": notes}
+    return Conversion("rosbag", src, specs, _tasks(bags, inv, topic_plans, typestore), convert_episode,
+                      lambda task: f"episode {task.episode_id} ({task.bag.path})", report=report, skipped=inv.skipped)
+
+
+def _topic_plans(topics: list[str], entries: dict[str, TopicMapping] | None, inv: Inventory, time: str,
+                 where: str) -> tuple[tuple[TopicPlan, ...], dict[str, Any], list[str]]:
+    """Each topic's fields, named (the user's names as given, the others from prefixes, made distinct),
+    its clock; the report's `topics` entry; plan notes."""
     prefixes = topic_prefixes(topics)
     rows, notes, report_topics = [], [], {}
     for topic in topics:
@@ -241,21 +257,24 @@ def plan_rosbag(src: Path, mapping: Path | None = None, time: str = "header", sp
     if len(set(fixed)) != len(fixed):
         raise UserError(f"{where}: field name(s) {sorted({n for n in fixed if fixed.count(n) > 1})} used twice",
                         hint="give every field its own name")
-    names = unique_field_names([w for _, _, (w, user, _) in rows if not user], set(fixed))
+    auto = iter(unique_field_names([w for _, _, (w, user, _) in rows if not user], set(fixed)))
     plans: dict[str, list[StreamMap]] = {}
     modes: dict[str, str] = {}
-    auto = iter(names)
     for topic, mode, (wanted_name, user, stream) in rows:
         name = wanted_name if user else next(auto)
-        plans.setdefault(topic, []).append(_named(stream, name))
+        plans.setdefault(topic, []).append(replace(stream, field=name))
         modes[topic] = mode
         report_topics[topic].setdefault("fields", []).append(name)
-    topic_plans = tuple(TopicPlan(t, inv.types[t], modes[t], tuple(plans[t])) for t in topics if t in plans)
-    specs = [_spec(s) for tp in topic_plans for s in tp.streams]
+    return tuple(TopicPlan(t, inv.types[t], modes[t], tuple(plans[t])) for t in topics if t in plans), report_topics, notes
+
+
+def _tasks(bags: list[Bag], inv: Inventory, topic_plans: tuple[TopicPlan, ...], typestore: str) -> list[BagTask]:
+    """One task per bag, or per segment of a split bag (ids `<bag>_000`...); bags skipped at plan time
+    have none."""
     tasks = []
     for bag in bags:
         if bag.name not in inv.segments:
-            continue  # skipped at plan time
+            continue
         segments = inv.segments[bag.name]
         if segments is None:
             tasks.append(BagTask(bag, bag.name, topic_plans, typestore))
@@ -263,19 +282,7 @@ def plan_rosbag(src: Path, mapping: Path | None = None, time: str = "header", sp
         width = max(3, len(str(len(segments) - 1)))
         tasks.extend(BagTask(bag, f"{bag.name}_{k:0{width}d}", topic_plans, typestore, first, last + 1)
                      for k, (first, last) in enumerate(segments))
-    kinds = sorted({"ROS 1" if b.path.suffix == ".bag" else "ROS 2" for b in bags})
-    report = {"bags": len(bags), "ros": kinds, "time": time, "topics": report_topics, "mapping": str(mapping) if mapping else None,
-              "unsupported_topics": {t: m for t, m in sorted(inv.types.items()) if t not in report_topics},
-              "split": {"topic": split_topic} if split_topic else {"gap_s": split_gap_s} if split_gap_s else None,
-              "plan_notes": notes}
-    return Conversion("rosbag", src, specs, tasks, convert_episode,
-                      lambda task: f"episode {task.episode_id} ({task.bag.path})", report=report, skipped=inv.skipped)
-
-
-def _named(stream: StreamMap, name: str) -> StreamMap:
-    from dataclasses import replace
-
-    return replace(stream, field=name)
+    return tasks
 
 
 def _spec(stream: StreamMap) -> FieldSpec:
