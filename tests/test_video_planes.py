@@ -275,7 +275,8 @@ def test_shared_frames_give_the_bytes_of_fresh_encodes(tmp_path: Path, monkeypat
     _export(store, tmp_path / "raw", "raw")
     raw = {k: decode_npy(v) for k, v in _members(tmp_path / "raw", "cam.npy").items()}  # [2, 48, 48, 3] each
     assert len(raw) == 20 and not raw["ep0_000000"][0].any() and raw["ep0_000000"][1].any()  # step 0 padded
-    source = [f for f in av.open(str(store / "media" / "cam.mp4")).decode(video=0)]
+    with av.open(str(store / "media" / "cam.mp4")) as container:
+        source = list(container.decode(video=0))  # decoded as the export decodes: mpeg4 is left-sited
     for k in (0, 7, 19):  # the stored frames follow the plane rule: centre 64x64 crop, then 48x48
         expected = _planes_rule(source[k], (16, 0, 64, 64), (48, 48), (1, 1), siting="left")  # mpeg4: left-sited
         np.testing.assert_array_equal(raw[f"ep0_{k:06d}"][1], expected)

@@ -1,0 +1,217 @@
+"""Video export against the decode limit, on the real G1 data: export ms per window for the jpg and mp4
+encodings against the time to decode the source alone, measured in one run.
+
+    .venv/bin/python scripts/bench_video_export.py          # ~1 minute on 2 cores
+
+The store: `robowds convert lerobot` of the vendored tests/data/real/unitree_g1_lerobot_v2.1_real (2
+episodes, 736 frames of AV1 640x480 at 30 fps, 26-D state and action, task text). The export (in this
+process, `--workers 1`, every repeat into a fresh folder): a 30 Hz grid, stride 1, every stream 2 steps
+(1 frame of history and the anchor's), the camera centre-cropped to 480x480 and scaled to 224x224, as
+`jpg` and as `mp4`; one window per source frame. The whole job is timed (plan, map, shards, manifest):
+not the interpreter's start-up.
+
+Decode-only: every frame of both videos decoded with PyAV as the export decodes them (one thread, no
+colour conversion). The ratio is export windows/s over decode-only frames/s (target >= 70%: the export
+then spends at most 3/7 of the decode time on everything else). Figures are the best of `--repeats`
+runs, wall clock and CPU time of this process both (on a shared machine the CPU time is the steadier).
+
+Breakdown, per window (= per frame): decode (the decode-only time), conversion (crop, scale, to RGB:
+`robowds.export.media.planes.FrameConverter` on every decoded frame), encode (jpg: one JPEG per frame;
+mp4: one yuv420p conversion per frame and one 2-frame clip per window), and the rest of the export
+(time series, tar members, staging and shard files, manifest) = export - the three. The conversion
+the export did before (RGB first, crop, scale the RGB crop) is timed too, for comparison.
+
+`--before REV` also times the same exports with the code of git revision REV (`git archive` of its
+`export/` and `reader/` as the `robowds` package, in a child process, timed inside it the same way),
+so a change is measured against its parent in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+G1 = ROOT / "tests" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
+CAMERA = "observation_images_cam_high"
+SIZE, FPS = (224, 224), 30
+TARGET = 0.70
+
+
+def export_args(store: Path, out: Path, encoding: str) -> list[str]:
+    """The measured export: 30 Hz grid, stride 1, 2 steps per stream, centre crop to 224x224."""
+    sets = {"window.rate_hz": str(FPS), "window.duration_s": repr(2 / FPS), "window.offset_s": repr(-1 / FPS),
+            f"streams.{CAMERA}.resize": f"[{SIZE[0]}, {SIZE[1]}]", f"streams.{CAMERA}.crop": "center",
+            f"streams.{CAMERA}.encoding": encoding}
+    args = ["export", str(store), str(out), "--quiet", "--workers", "1", "--fps", str(FPS), "--stride", "1"]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall s, CPU s of this process, result) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def export_times(store: Path, out: Path, encoding: str) -> tuple[float, float]:
+    """(wall s, CPU s) of one in-process export into a fresh `out` (its summary line swallowed)."""
+    from robowds.export.cli.main import main as robowds
+
+    shutil.rmtree(out, ignore_errors=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        wall, cpu, status = timed(lambda: robowds(export_args(store, out, encoding)))
+    if status != 0:
+        raise SystemExit(f"the {encoding} export failed")
+    return wall, cpu
+
+
+def before_times(rev: str, store: Path, tmp: Path, repeats: int) -> dict[str, tuple[float, float]]:
+    """Best (wall s, CPU s) per encoding of the exports with revision `rev`'s code, in a child process."""
+    src = tmp / f"rev-{rev}"
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "export", "reader"], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(src / "robowds")
+    (src / "robowds" / "__init__.py").touch()
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--child", str(store), str(tmp / "before"), str(repeats)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return {enc: tuple(times) for enc, times in json.loads(done.stdout.splitlines()[-1]).items()}
+
+
+def child(store: Path, out: Path, repeats: int) -> None:
+    """`--child`: best export times per encoding with whatever `robowds` this interpreter imports."""
+    import robowds.export
+
+    assert str(ROOT) not in robowds.export.__file__, robowds.export.__file__  # the archived revision's code
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(repeats):
+        for enc in ("jpg", "mp4"):
+            wall, cpu = export_times(store, out / enc, enc)
+            old = best.get(enc, (float("inf"), float("inf")))
+            best[enc] = (min(old[0], wall), min(old[1], cpu))
+    print(json.dumps(best))
+
+
+def decoded(path: Path) -> Any:
+    """The frames of a video, decoded as the export decodes them (one thread, no conversion)."""
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "NONE"
+        stream.codec_context.thread_count = 1
+        yield from container.decode(stream)
+
+
+def decode_only(videos: list[Path]) -> int:
+    """Decode every frame of every video, nothing else; the frame count."""
+    return sum(1 for path in videos for _ in decoded(path))
+
+
+def components(videos: list[Path], encoding: str) -> dict[str, tuple[float, float]]:
+    """Conversion, the old conversion and encoding, timed call by call over every frame: name ->
+    (wall s, CPU s) summed over the frames of all videos."""
+    from av.video.reformatter import VideoReformatter
+
+    from robowds.export.media.clips import encode_clip, to_yuv420p
+    from robowds.export.media.geometry import crop_box
+    from robowds.export.media.images import jpeg_bytes
+    from robowds.export.media.planes import FrameConverter
+
+    totals = {"convert": [0.0, 0.0], "convert (before: RGB first)": [0.0, 0.0], "encode": [0.0, 0.0]}
+
+    def add(name: str, fn: Callable[[], Any]) -> Any:
+        wall, cpu, result = timed(fn)
+        totals[name][0] += wall
+        totals[name][1] += cpu
+        return result
+
+    for path in videos:
+        converter = old = None
+        yuv, previous = VideoReformatter(), None
+        for frame in decoded(path):
+            if converter is None:
+                box = crop_box(frame.width, frame.height, "center", SIZE)
+                converter = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE)
+                old = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE, exact=True)
+            rgb = add("convert", lambda: converter(frame))  # [224, 224, 3]
+            add("convert (before: RGB first)", lambda: old(frame))
+            if encoding == "jpg":
+                add("encode", lambda: jpeg_bytes(rgb))
+            else:
+                part = add("encode", lambda: to_yuv420p(rgb, yuv))
+                pair = [previous or part, part]  # the window of this frame and the one before
+                add("encode", lambda: encode_clip(pair, FPS, encoding))
+                previous = part
+    return {name: (wall, cpu) for name, (wall, cpu) in totals.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--before", metavar="REV", help="also time the exports with git revision REV's code")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # STORE OUT REPEATS, for --before
+    args = parser.parse_args()
+    if args.child:
+        child(Path(args.child[0]), Path(args.child[1]), int(args.child[2]))
+        return
+
+    from robowds.export.cli.main import main as robowds
+
+    print(f"load average at the start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "store"
+        with contextlib.redirect_stdout(io.StringIO()):
+            if robowds(["convert", "lerobot", str(G1), str(store), "--quiet"]) != 0:
+                raise SystemExit(f"robowds convert lerobot {G1} failed")
+        videos = sorted(G1.glob("videos/chunk-000/observation.images.cam_high/*.mp4"))
+        frames = decode_only(videos)
+        best: dict[str, tuple[float, float]] = {}
+        for _ in range(args.repeats):  # interleaved, so slow spells of a shared machine hit every row
+            for name in ("decode", "jpg", "mp4"):
+                if name == "decode":
+                    wall, cpu, _ = timed(lambda: decode_only(videos))
+                else:
+                    wall, cpu = export_times(store, Path(tmp) / name, name)
+                old = best.get(name, (float("inf"), float("inf")))
+                best[name] = (min(old[0], wall), min(old[1], cpu))
+        parts = {enc: components(videos, enc) for enc in ("jpg", "mp4")}
+        before = before_times(args.before, store, Path(tmp), args.repeats) if args.before else {}
+    ms = 1e3 / frames  # seconds over all frames (= windows) -> ms per frame (= per window)
+    decode = best["decode"]
+    print(f"G1 ({len(videos)} episodes, {frames} frames = windows): AV1 640x480 -> centre crop 480x480 -> 224x224, "
+          f"2-frame windows, stride 1; best of {args.repeats}, ms per frame / window, wall | CPU")
+    print(f"  decode only (PyAV, one thread, no conversion)   {decode[0] * ms:6.2f} | {decode[1] * ms:6.2f}")
+    for enc in ("jpg", "mp4"):
+        rows = [("export", best[enc])] + ([(f"export at {args.before}", before[enc])] if before else [])
+        for label, (wall, cpu) in rows:
+            ratio = (decode[0] / wall, decode[1] / cpu)
+            met = "met" if min(ratio) >= TARGET else ("met on CPU time" if ratio[1] >= TARGET else "missed")
+            print(f"  {label} {enc} ms/window{'':<{32 - len(label) - len(enc)}}{wall * ms:6.2f} | {cpu * ms:6.2f}"
+                  f"   -> {ratio[0]:.0%} | {ratio[1]:.0%} of the decode-only rate (target {TARGET:.0%}: {met})")
+    print("breakdown per window, wall | CPU (rest = export - decode - convert - encode):")
+    for enc in ("jpg", "mp4"):
+        rows = {"decode": decode, **parts[enc]}
+        rest = tuple(best[enc][i] - decode[i] - rows["convert"][i] - rows["encode"][i] for i in (0, 1))
+        rows["rest of the export"] = rest
+        for name, (wall, cpu) in rows.items():
+            print(f"  {enc:<4} {name:<30} {wall * ms:6.2f} | {cpu * ms:6.2f}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
