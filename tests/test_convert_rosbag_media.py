@@ -186,7 +186,7 @@ def test_exported_frames_equal_the_source_frames_bit_for_bit(stores: list[Path],
                                           (np.array([0.1, 0.2, 0.3]) + k).astype(np.float32))
 
 
-def test_an_encoding_it_cannot_convert_names_topic_and_episode(tmp_path: Path,
+def test_an_encoding_it_cannot_convert_names_topic_and_episode(bags: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     from rosbags.rosbag1 import Writer
     from rosbags.typesys import Stores, get_typestore
@@ -194,7 +194,7 @@ def test_an_encoding_it_cannot_convert_names_topic_and_episode(tmp_path: Path,
     store = get_typestore(Stores.ROS1_NOETIC)
     T = store.types
     with Writer(tmp_path / "depth.bag") as writer:
-        conn = writer.add_connection("/depth/image_raw", "sensor_msgs/msg/Image", typestore=store)
+        conn = writer.add_connection("/cam/image_raw", "sensor_msgs/msg/Image", typestore=store)
         header = T["std_msgs/msg/Header"](seq=0, stamp=T["builtin_interfaces/msg/Time"](sec=1, nanosec=0), frame_id="d")
         msg = T["sensor_msgs/msg/Image"](header=header, height=2, width=2, encoding="16UC1", is_bigendian=0, step=4,
                                          data=np.zeros(8, np.uint8))
@@ -202,9 +202,20 @@ def test_an_encoding_it_cannot_convert_names_topic_and_episode(tmp_path: Path,
     assert main(["convert", "rosbag", str(tmp_path / "depth.bag"), str(tmp_path / "store"), "--quiet",
                  "--workers", "1"]) == 2
     err = capsys.readouterr().err
-    assert "episode 'depth'" in err and "topic /depth/image_raw" in err and "'16UC1' is not one of" in err, err
+    assert "episode 'depth'" in err and "topic /cam/image_raw" in err and "'16UC1' is not one of" in err, err
     assert "fix: " in err and "Traceback" not in err and not (tmp_path / "store").exists()
     assert not list(tmp_path.glob(".store.converting-*"))  # the spool went with the work folder
+    folder = tmp_path / "bags"  # next to a good bag: --skip-bad publishes the good one, and no spool of the bad one
+    folder.mkdir()
+    (tmp_path / "depth.bag").rename(folder / "depth.bag")
+    (folder / "cams.bag").write_bytes((bags / "cams.bag").read_bytes())
+    assert main(["convert", "rosbag", str(folder), str(tmp_path / "store"), "--quiet", "--workers", "1",
+                 "--skip-bad"]) == 0
+    assert "skipped 1" in capsys.readouterr().out
+    assert [r["episode_id"] for r in pq.read_table(tmp_path / "store" / "episodes.parquet").to_pylist()] == ["cams"]
+    files = sorted(p.relative_to(tmp_path / "store").as_posix() for p in (tmp_path / "store").rglob("*") if p.is_file())
+    assert files == ["convert_report.json", "episodes.parquet", *sorted(f"media/{f}/cams.mkv" for f in VIDEOS),
+                     "store.yaml"], files
 
 
 @settings(max_examples=40, deadline=None)

@@ -173,22 +173,33 @@ def _safe(name: str) -> str:
 
 
 def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
-    """The episode's store row (videos written under `folder/media/<field>/`)."""
+    """The episode's store row (videos written under `folder/media/<field>/`). An episode that fails
+    leaves nothing behind in `folder` (with --skip-bad the store is published without it)."""
     ep, bag = task.episode_id, task.bag.path
-    with open_bag(bag, task.typestore, ep) as reader:
-        types = topic_types(reader, bag)
-        for tp in task.topics:
-            if tp.topic in types and types[tp.topic] != tp.msgtype:
-                raise UserError(f"episode {ep!r}: {bag}: topic {tp.topic} is {types[tp.topic]} here, {tp.msgtype} in "
-                                "the first bag that has it", hint="convert these bags separately")
-        collect = {tp.topic: TopicRows(tp, folder, ep) for tp in task.topics if tp.topic in types}
-        try:
+    collect: dict[str, TopicRows] = {}
+    written: list[Path] = []
+    try:
+        with open_bag(bag, task.typestore, ep) as reader:
+            types = topic_types(reader, bag)
+            for tp in task.topics:
+                if tp.topic in types and types[tp.topic] != tp.msgtype:
+                    raise UserError(f"episode {ep!r}: {bag}: topic {tp.topic} is {types[tp.topic]} here, {tp.msgtype} "
+                                    "in the first bag that has it", hint="convert these bags separately")
+            collect.update({tp.topic: TopicRows(tp, folder, ep) for tp in task.topics if tp.topic in types})
             _read(reader, collect, task)
-        except BaseException:
-            for rows in collect.values():
-                for _, spool in rows.spools:
-                    spool.discard()
-            raise
+        return _row(task, collect, folder, written)
+    except BaseException:
+        for rows in collect.values():
+            for _, spool in rows.spools:
+                spool.discard()
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def _row(task: BagTask, collect: dict[str, TopicRows], folder: Path, written: list[Path]) -> dict[str, Any]:
+    """The collected messages as a store row: per topic its clock, values in time order, videos."""
+    ep, bag = task.episode_id, task.bag.path
     row: dict[str, Any] = {"episode_id": ep}
     notes: list[str] = []
     for tp in task.topics:
@@ -215,6 +226,7 @@ def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
             row[name] = {"t": t[order], "v": values[order]}
         for stream, spool in rows.spools:
             rel = Path("media") / stream.field / f"{_safe(ep)}.mkv"
+            written.append(folder / rel)
             offset, fps, video_notes = spool.write_video(ns, folder / rel)
             row[stream.field] = {"path": rel.as_posix(), "fps": fps, "start_s": None, "end_s": None,
                                  "clock_offset_s": offset}
