@@ -88,21 +88,25 @@ def _submit(pool: ThreadPoolExecutor, group: list[Any], read: Read, key: Callabl
     futures: list[Any] = [e if isinstance(e, BaseException) else Future() for e in group]
     for span in spans:
         members = [(located[m][1], futures[located[m][0]]) for m in span.members]
-        pool.submit(_fetch_span, read, members[0][0][0], span, members, alone)
+        pool.submit(_fetch_span, pool, read, members[0][0][0], span, members, alone)
     return [(None, 0, 0, e) if isinstance(e, BaseException) else (e[0], e[1], e[2] - e[1], f)
             for e, f in zip(group, futures)]
 
 
-def _fetch_span(read: Read, shard: Any, span: Span, members: list[tuple[tuple[Any, int, int], Future]],
-                alone: Callable[[BaseException], bool]) -> None:
+def _fetch_span(pool: ThreadPoolExecutor, read: Read, shard: Any, span: Span,
+                members: list[tuple[tuple[Any, int, int], Future]], alone: Callable[[BaseException], bool]) -> None:
     """One request; each member's future gets its own bytes (a copy, so that a sample kept by the
     consumer does not keep the whole span alive) or the request's error."""
     try:
         buf, offset = read(shard, span.start, span.stop)
     except Exception as exc:  # noqa: BLE001 - handed to the samples' futures, raised where they are used
         if len(members) > 1 and alone(exc):
-            for (s, start, stop), future in members:
-                _fetch_span(read, s, Span(span.key, start, stop, (0,)), [((s, start, stop), future)], alone)
+            for (s, start, stop), future in members:  # each its own request, in parallel
+                try:
+                    pool.submit(_fetch_span, pool, read, s, Span(span.key, start, stop, (0,)),
+                                [((s, start, stop), future)], alone)
+                except RuntimeError as shut:  # the consumer went away (the pool is shut down)
+                    future.set_exception(shut)
             return
         for _, future in members:
             future.set_exception(exc)

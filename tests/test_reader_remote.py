@@ -181,7 +181,7 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
                       Body=(exported / shard["path"]).read_bytes()[:cut])
     client.put_object(Bucket="robots", Key="cut/manifest.json", Body=(exported / "manifest.json").read_bytes())
     client.put_object(Bucket="robots", Key=f"cut/{shard['path']}.idx", Body=(exported / f"{shard['path']}.idx").read_bytes())
-    slow = RetryPolicy(attempts=4, backoff_s=5.0)  # a retry would show in the time taken
+    slow = RetryPolicy(attempts=4, backoff_s=20.0)  # a retry would wait >= 10 s
     ds = ShardDataset("s3://robots/cut/", "train", shuffle=False, storage_options=options, retry=slow)
     began = time.monotonic()
     with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated "
@@ -189,7 +189,7 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
                                              rf"s3://robots/cut/{shard['path']}, the object has {cut} bytes; "
                                              r"permanent, not retried\)"):
         list(ds)
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5  # no retry (and room for a loaded machine)
 
 
 def test_manifest_read_is_retried_and_fails_clearly(s3: tuple[FaultProxy, dict[str, Any]]) -> None:
@@ -210,7 +210,7 @@ def test_retry_policy_is_validated_and_bounded() -> None:
 
 
 def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
-    """A 404 is not transient: no retries (a 5 s backoff would show), the status and code named; a
+    """A 404 is not transient: no retries (a 10 s backoff would show), the status and code named; a
     missing index (read before its shard) is named with the fix."""
     proxy, options = s3
     proxy.configure(None)
@@ -218,7 +218,7 @@ def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, 
     client = moto_client(proxy)
     client.put_object(Bucket="robots", Key="gone/manifest.json", Body=(exported / "manifest.json").read_bytes())
     ds = ShardDataset("s3://robots/gone", "train", shuffle=False, storage_options=options,
-                      retry=RetryPolicy(attempts=4, backoff_s=5.0))
+                      retry=RetryPolicy(attempts=4, backoff_s=20.0))  # a retry would wait >= 10 s
     start, stop = shard_offsets(exported, shard)[0], shard["bytes"] - 1024  # one request: all its samples
     began = time.monotonic()
     with pytest.raises(ShardReadError) as info:
@@ -232,7 +232,7 @@ def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, 
     assert str(info.value) == (f"shard {shard['path']}: bytes {start}-{stop} ({stop - start} bytes) of "
                                f"s3://robots/gone/{shard['path']}: "
                                "HTTP 404 NoSuchKey: The specified key does not exist. (permanent: not retried)")
-    assert time.monotonic() - began < 4
+    assert time.monotonic() - began < 5  # no retry (and room for a loaded machine)
 
 
 def test_transient_faults_are_told_from_permanent_ones() -> None:
