@@ -64,7 +64,7 @@ def row(name: str, proxy: FaultProxy, expected: list[tuple[Any, ...]], latency_s
         raise SystemExit(f"{name}: the samples differ from a local read")
     result = {"name": name, "samples": len(got), "s": seconds, "rate": len(got) / seconds,
               "gets": proxy.gets(".tar")}
-    print(f"{name:<34} {len(got):>6} samples in {seconds:6.2f} s = {result['rate']:8,.0f} samples/s, "
+    print(f"{name:<38} {len(got):>6} samples in {seconds:6.2f} s = {result['rate']:8,.0f} samples/s, "
           f"{result['gets']:>6} GETs = {result['gets'] / len(got):.4f} GETs/sample", flush=True)
     return result
 
@@ -102,7 +102,7 @@ def main() -> None:
         print("\nagainst (a) per-sample requests:")
         for r in rows:
             gets = f"{plain['gets'] / r['gets']:.0f}x fewer GETs" if r["gets"] else "no GETs"
-            print(f"  {r['name']:<34} {r['rate'] / plain['rate']:6.1f}x samples/s, {gets}")
+            print(f"  {r["name"]:<38} {r['rate'] / plain['rate']:6.1f}x samples/s, {gets}")
 
 
 if __name__ == "__main__":
