@@ -102,7 +102,7 @@ def main() -> None:
         print("\nagainst (a) per-sample requests:")
         for r in rows:
             gets = f"{plain['gets'] / r['gets']:.0f}x fewer GETs" if r["gets"] else "no GETs"
-            print(f"  {r["name"]:<38} {r['rate'] / plain['rate']:6.1f}x samples/s, {gets}")
+            print(f"  {r['name']:<38} {r['rate'] / plain['rate']:6.1f}x samples/s, {gets}")
 
 
 if __name__ == "__main__":
