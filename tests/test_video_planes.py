@@ -314,3 +314,12 @@ def test_edge_padding_repeats_the_edge_frames_bytes(tmp_path: Path) -> None:
     jpgs = _members(tmp_path / "jpg", "cam.jpgs.msgpack")
     for key, frames in raw.items():
         assert jpgs[key] == msgpack.packb([jpeg_bytes(f) for f in frames], use_bin_type=True), key
+
+
+def test_a_chunk_whose_windows_are_all_kept_is_not_copied() -> None:
+    from robowds.export.job.build import _kept
+
+    chunk = np.zeros((4, 2, 8, 8, 3), np.uint8)  # [W, n, H, W, 3]
+    assert _kept(np.ones(4, bool))(chunk) is chunk
+    some = _kept(np.array([True, False, True, True]))(chunk)
+    assert some.shape == (3, 2, 8, 8, 3) and not np.shares_memory(some, chunk)
