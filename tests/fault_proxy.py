@@ -28,6 +28,8 @@ DELAY_S = 1.5  # "delay" holds a response this long: past the tests' 1 s attempt
 CUT_AT = 700  # "cut" / "short" send this many body bytes
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message></Error>")
+DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+          b"<Message>Access Denied</Message></Error>")
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
 CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
 START_TIMEOUT_S = 30.0
@@ -35,12 +37,12 @@ START_TIMEOUT_S = 30.0
 
 class FaultProxy(socketserver.ThreadingTCPServer):
     """An HTTP/1.1 proxy to `upstream` that spoils every `every`-th response whose path contains
-    `only` (the request is counted either way), at most `per_target` times for one (method, path,
-    Range), so a retry eventually gets through whatever the threads' interleaving. Modes:
-    reset (RST instead of a response), cut (Content-Length kept, body stopped after CUT_AT bytes, RST),
-    short (a consistent response of CUT_AT bytes), delay (DELAY_S before answering), 503 (SlowDown),
-    ignore_range (the request forwarded without Range: 200 and the whole object), extra (206 with 100
-    bytes too many).
+    `only` and ends with `suffix` (the request is counted either way), at most `per_target` times
+    for one (method, path, Range), so a retry eventually gets through whatever the threads'
+    interleaving. Modes: reset (RST instead of a response), cut (Content-Length kept, body stopped
+    after CUT_AT bytes, RST), short (a consistent response of CUT_AT bytes), delay (DELAY_S before
+    answering), 503 (SlowDown), 403 (AccessDenied), ignore_range (the request forwarded without
+    Range: 200 and the whole object), extra (206 with 100 bytes too many).
 
     Independently of the mode: `reset_every` > 0 resets every that-many-th new connection before it
     is read (a middlebox dropping connections), and `latency_s` is added before every answer."""
@@ -52,7 +54,7 @@ class FaultProxy(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
         self.upstream = upstream
         self.mode: str | None = None
-        self.every, self.only, self.per_target = 3, "", 2
+        self.every, self.only, self.suffix, self.per_target = 3, "", "", 2
         self.count, self.faults = 0, 0
         self.spoiled: dict[tuple[str, str, str], int] = {}
         self.latency_s, self.reset_every, self.connections = 0.0, 0, 0
@@ -64,10 +66,11 @@ class FaultProxy(socketserver.ThreadingTCPServer):
         return int(self.server_address[1])
 
     def configure(self, mode: str | None, every: int = 3, only: str = "", per_target: int = 2,
-                  latency_s: float = 0.0, reset_every: int = 0) -> None:
+                  latency_s: float = 0.0, reset_every: int = 0, suffix: str = "") -> None:
         """Set the faults and zero every counter."""
         with self.lock:
             self.mode, self.every, self.only, self.per_target = mode, every, only, per_target
+            self.suffix = suffix
             self.latency_s, self.reset_every = latency_s, reset_every
             self.count, self.faults, self.spoiled, self.connections = 0, 0, {}, 0
             self.requests = Counter()
@@ -89,7 +92,8 @@ class FaultProxy(socketserver.ThreadingTCPServer):
     def fault_for(self, method: str, path: str, headers: dict[str, str]) -> str | None:
         with self.lock:
             self.requests[(method, path)] += 1
-            if self.mode is None or self.only not in path:
+            if (self.mode is None or self.only not in path
+                    or not path.split("?")[0].endswith(self.suffix)):
                 return None
             self.count += 1
             target = (method, path, headers.get("range", ""))
@@ -139,9 +143,10 @@ class _ProxyHandler(socketserver.BaseRequestHandler):
                 upstream.close()
                 if fault == "delay":
                     time.sleep(DELAY_S)
-                elif fault == "503":
-                    status, reason, data, length = 503, "Slow Down", SLOWDOWN, len(SLOWDOWN)
-                    out = [("Content-Type", "application/xml")]
+                elif fault in ("503", "403"):
+                    status, reason, data = ((503, "Slow Down", SLOWDOWN) if fault == "503"
+                                            else (403, "Forbidden", DENIED))
+                    length, out = len(data), [("Content-Type", "application/xml")]
                 elif fault == "short" and method == "GET":
                     data, length = data[:CUT_AT], min(CUT_AT, len(data))
                 elif fault == "extra" and method == "GET":

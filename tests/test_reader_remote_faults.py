@@ -12,7 +12,7 @@ import pytest
 
 from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.remote import RangeReader, RemoteReadError
-from robowds.reader.source import remote_filesystem
+from robowds.reader.source import ShardReadError, remote_filesystem
 
 from exports import export_synthetic
 from fault_proxy import FaultProxy, s3_behind_proxy
@@ -88,6 +88,22 @@ def test_one_request_per_sample_through_faults(s3: tuple[FaultProxy, dict[str, A
     proxy.configure(mode, every=3, only=".tar")
     assert batches(URL, storage_options=options, retry=FAST, max_request_bytes=0) == local
     assert proxy.faults >= len(local) // 3
+
+
+def test_access_denied_is_permanent_and_named(s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
+    """A 403 on a shard is not retried (one request, where a retry would wait >= 10 s): one error
+    naming shard, byte range, length, URL, the status and that it is permanent."""
+    proxy, options = s3
+    shard = ShardDataset(exported, "train").shards[0]
+    ds = ShardDataset(URL, "train", shuffle=False, storage_options=options,
+                      retry=RetryPolicy(attempts=4, backoff_s=20.0))
+    end = shard.bytes - 1024  # one request: all 8 samples, up to the end-of-archive blocks
+    proxy.configure("403", every=1, only=shard.path, suffix=".tar", per_target=10**9)  # not its index
+    with pytest.raises(ShardReadError) as info:
+        next(iter(ds))
+    assert str(info.value) == (f"shard {shard.path}: bytes 0-{end} ({end} bytes) of s3://robots/ds/{shard.path}: "
+                               "HTTP 403 AccessDenied: Access Denied (permanent: not retried)")
+    assert proxy.faults == 1
 
 
 def test_backoff_waits_are_reproducible_and_spread(s3: tuple[FaultProxy, dict[str, Any]], exported: Path) -> None:
