@@ -182,6 +182,10 @@ class RayExecutor:
                 self._cancel(refs)
                 raise UserError(f"the Ray cluster's nodes did not answer within {CHECK_TIMEOUT_S:.0f} s whether "
                                 f"they see {folder}", hint="check the cluster with `ray status`") from None
+            except ray.exceptions.RayError as exc:  # a node lost between listing and probing it
+                raise UserError(f"could not check that every Ray node sees {folder}: {type(exc).__name__}: "
+                                f"{str(exc).strip()[:300]}", hint="check the cluster with `ray status`, then "
+                                                                "re-run") from exc
         finally:
             probe.unlink(missing_ok=True)
         blind = [f"{n.get('NodeManagerAddress', n['NodeID'])} (not: {', '.join(missing)})"
