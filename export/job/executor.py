@@ -15,8 +15,8 @@ import multiprocessing
 import os
 import threading
 from collections import deque
-from dataclasses import dataclass
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
