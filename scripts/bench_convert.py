@@ -17,7 +17,9 @@ read the ratios, not the absolute rates).
     encoder, not timed) against writing the same bytes to a file; `encode_frames` FFV1 at 640x480 on
     real G1 frames. Frames/s and MB/s, reported separately.
 
-Each measurement is the best of `--repeats` runs (wall clock).
+Each figure is the best of `--repeats` runs, the read-only and the conversion runs taken in turns so that
+both meet the same load on a shared machine; with 1 worker the CPU-time ratio (this process does all
+the work) is printed too, steadier than wall time when other jobs share the cores.
 """
 
 from __future__ import annotations
@@ -48,6 +50,28 @@ def best(fn: Callable[[], Any], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - began)
     return min(times)
+
+
+def race(read: Callable[[], Any], convert: Callable[[], Any], repeats: int) -> tuple[float, float, float, float]:
+    """(read, convert) wall seconds, then (read, convert) CPU seconds of this process, each the best of
+    `repeats` runs taken in turns (read, convert, read, ...), so both meet the same machine load."""
+    wall: dict[int, list[float]] = {0: [], 1: []}
+    cpu: dict[int, list[float]] = {0: [], 1: []}
+    for _ in range(repeats):
+        for k, fn in enumerate((read, convert)):
+            began, began_cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - began)
+            cpu[k].append(time.process_time() - began_cpu)
+    return min(wall[0]), min(wall[1]), min(cpu[0]), min(cpu[1])
+
+
+def line(workers: int, unit: str, count: int, read: float, conv: float, read_cpu: float, conv_cpu: float) -> str:
+    text = (f"    workers={workers}: read-only {count / read:>9,.0f} {unit}/s ({read:.2f} s)   convert "
+            f"{count / conv:>9,.0f} {unit}/s ({conv:.2f} s)   ratio {read / conv:.2f}")
+    if workers == 1:  # in-process: this process's CPU time is all of it
+        text += f"   (CPU time ratio {read_cpu / conv_cpu:.2f})"
+    return text
 
 
 def on_pool(fn: Callable[[Any], Any], items: list[Any], workers: int) -> None:
@@ -111,14 +135,10 @@ def bench_lerobot(tmp: Path, episodes: int, repeats: int) -> None:
     src, files, frames = lerobot_dataset(tmp / "lerobot", episodes)
     print(f"(a) LeRobot v2.1: {episodes} episodes ({frames:,} frames) replicated from the vendored G1 episodes")
     for workers in (1, 2):
-        read = best(lambda: on_pool(read_parquet, files, workers), repeats)
-
         def convert() -> None:
             convert_lerobot(src, tmp / "lerobot_store", overwrite=True, workers=workers)
 
-        conv = best(convert, repeats)
-        print(f"    workers={workers}: read-only {frames / read:>10,.0f} frames/s ({read:.2f} s)   convert "
-              f"{frames / conv:>10,.0f} frames/s ({conv:.2f} s)   ratio {read / conv:.2f}")
+        print(line(workers, "frames", frames, *race(lambda: on_pool(read_parquet, files, workers), convert, repeats)))
 
 
 def bench_ros(tmp: Path, copies: int, repeats: int) -> None:
@@ -136,14 +156,10 @@ def bench_ros(tmp: Path, copies: int, repeats: int) -> None:
         messages = read_bag(source) * copies
         print(f"(b) {name}: {copies} links to the Husky recording ({messages:,} messages)")
         for workers in (1, 2):
-            read = best(lambda: on_pool(read_bag, bags, workers), repeats)
-
             def convert() -> None:
                 convert_rosbag(folder, tmp / "ros_store", overwrite=True, workers=workers)
 
-            conv = best(convert, repeats)
-            print(f"    workers={workers}: read-only {messages / read:>10,.0f} msg/s ({read:.2f} s)   convert "
-                  f"{messages / conv:>10,.0f} msg/s ({conv:.2f} s)   ratio {read / conv:.2f}")
+            print(line(workers, "msg", messages, *race(lambda: on_pool(read_bag, bags, workers), convert, repeats)))
 
 
 def g1_frames(count: int) -> np.ndarray:
@@ -198,7 +214,7 @@ def main() -> None:
     parser.add_argument("--lerobot-episodes", type=int, default=200)
     parser.add_argument("--ros-copies", type=int, default=4)
     parser.add_argument("--jpeg-frames", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, repeats {args.repeats} (best of)")
     with tempfile.TemporaryDirectory() as tmp:
