@@ -61,12 +61,35 @@ def _overlaps(a: Range, b: Range) -> bool:
 @pytest.mark.parametrize("remote", [False, True], ids=["mapped", "ranged-reads"])
 def test_resume_reads_nothing_already_consumed(out: Path, monkeypatch: pytest.MonkeyPatch, remote: bool) -> None:
     """Cut after `cut` samples and resume from the cursor: the resumed pass reads (and reads ahead)
-    only byte ranges of samples not yet consumed, exactly the rest of the uninterrupted pass's."""
+    only byte ranges of samples not yet consumed, exactly the rest of the uninterrupted pass's
+    (remote: one request per sample, `max_request_bytes=0`; coalesced requests are the next test)."""
     base = out.resolve().as_uri() if remote else str(out)
-    keys, spans, _ = _ranges_read(monkeypatch, ShardDataset(base, "train", seed=5, block=8))
+    options = {"seed": 5, "block": 8, "max_request_bytes": 0}
+    keys, spans, _ = _ranges_read(monkeypatch, ShardDataset(base, "train", **options))
     n = len(keys)
     assert n > 20 and len(spans) == n and len(set(spans)) == n  # one distinct range per sample
     assert len({path for path, _, _ in spans}) >= 3  # the cut crosses shards
+    for cut in (1, n // 3, n - 2):
+        first = ShardDataset(base, "train", **options)
+        assert [s["__key__"] for s in itertools.islice(iter(first), cut)] == keys[:cut]
+        resumed = ShardDataset(base, "train", **options)
+        resumed.load_cursor(first.cursor(cut))
+        rest, read, ahead = _ranges_read(monkeypatch, resumed)
+        assert rest == keys[cut:]
+        assert read == spans[cut:]
+        consumed = spans[:cut]
+        assert not [r for r in read + ahead for c in consumed if _overlaps(r, c)]
+
+
+def test_a_coalesced_resume_requests_only_what_holds_unconsumed_samples(out: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With coalesced remote requests (the default), a resumed pass hands out exactly the rest, in
+    fewer requests than samples, and every request holds at least one sample not yet consumed (a
+    request may carry a consumed neighbour's bytes as filler between two unconsumed ones)."""
+    base = out.resolve().as_uri()
+    per_sample = ShardDataset(base, "train", seed=5, block=8, max_request_bytes=0)
+    keys, spans, _ = _ranges_read(monkeypatch, per_sample)
+    n = len(keys)
     for cut in (1, n // 3, n - 2):
         first = ShardDataset(base, "train", seed=5, block=8)
         assert [s["__key__"] for s in itertools.islice(iter(first), cut)] == keys[:cut]
@@ -74,9 +97,10 @@ def test_resume_reads_nothing_already_consumed(out: Path, monkeypatch: pytest.Mo
         resumed.load_cursor(first.cursor(cut))
         rest, read, ahead = _ranges_read(monkeypatch, resumed)
         assert rest == keys[cut:]
-        assert read == spans[cut:]
-        consumed = spans[:cut]
-        assert not [r for r in read + ahead for c in consumed if _overlaps(r, c)]
+        requests = read + ahead
+        assert 0 < len(requests) < max(2, n - cut) or n - cut <= 2
+        unconsumed = spans[cut:]
+        assert all(any(_overlaps(r, u) for u in unconsumed) for r in requests), requests
 
 
 def test_robowds_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
