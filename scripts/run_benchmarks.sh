@@ -24,6 +24,7 @@ fi
 run $PY scripts/bench_codecs.py
 run $PY scripts/bench_stats.py
 run $PY scripts/bench_remote.py
+run $PY scripts/bench_plan.py
 run $PY scripts/bench_video_export.py --repeats 3
 echo
 echo "# done $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
