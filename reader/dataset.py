@@ -27,6 +27,7 @@ from robowds.reader.manifest import shards_of
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
 from robowds.reader.remote import RetryPolicy
+from robowds.reader.select import make_decoder, select_fields
 from robowds.reader.shard_cache import ShardCache
 from robowds.reader.source import ShardReadError, ShardSource, load_manifest
 
@@ -63,6 +64,8 @@ class ShardDataset(IterableDataset):
     `batch_size` must be the loader's batch size: batches are dealt to workers round-robin so that
     the DataLoader's output order is the plan's order. With `collate_fn` the dataset yields collated
     batches (use `DataLoader(batch_size=None)`, as `ShardLoader` does); without, single samples.
+    `fields` / `exclude` (schema field names) decode only those fields, masks with them, `__key__` and
+    `meta` always (`reader/select.py`).
     """
 
     def __init__(self, source: str | os.PathLike[str], split: str = "train", *, shuffle: bool = True, seed: int = 0,
@@ -72,7 +75,8 @@ class ShardDataset(IterableDataset):
                  on_error: str = "raise", storage_options: dict[str, Any] | None = None,
                  video_layout: str = "THWC", retry: RetryPolicy | None = None,
                  max_request_bytes: int = MAX_REQUEST_BYTES, cache_dir: str | os.PathLike[str] | None = None,
-                 cache_limit_bytes: int | None = None) -> None:
+                 cache_limit_bytes: int | None = None, fields: list[str] | None = None,
+                 exclude: list[str] | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if video_layout not in ("THWC", "TCHW"):
@@ -98,8 +102,9 @@ class ShardDataset(IterableDataset):
         self.max_request_bytes = int(max_request_bytes)
         self.cache = ShardCache(os.fspath(cache_dir), cache_limit_bytes) if cache_dir is not None else None
         self.members = MemberSet.from_schema(self.manifest["schema"])  # what every sample must hold
-        self.cameras = ([n for n, s in self.manifest["schema"].items() if s.get("kind") == "video"]
-                        if video_layout == "TCHW" else [])
+        self.keep = select_fields(self.manifest["schema"], fields, exclude)  # fields decoded (None: all)
+        self.cameras = ([n for n, s in self.manifest["schema"].items() if s.get("kind") == "video"
+                         and (self.keep is None or n in self.keep)] if video_layout == "TCHW" else [])
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor
         self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
         self._worker: tuple[int, int] = (0, 1)
@@ -277,7 +282,7 @@ class ShardDataset(IterableDataset):
         checked tar walk.
         A sample whose shard index cannot be had (missing, refused) is an error entry in the window,
         raised or skipped in its turn like a bad sample."""
-        decoder = SampleDecoder(self.members)
+        decoder = make_decoder(self.members, self.keep)
         if not source.mapped:
             for shard, start, size, pending in source.read_ahead(ids, lambda i: self._locate(i, source), READ_THREADS):
                 yield self._decode(source, decoder, shard, start, size, pending)

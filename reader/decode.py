@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import msgpack
 import numpy as np
@@ -69,9 +69,13 @@ def decode_member(ext: str, data: memoryview | bytes) -> Any:
     return bytes(data)
 
 
-def decode_sample(key: str, members: Mapping[str, memoryview | bytes]) -> dict[str, Any]:
+def decode_sample(key: str, members: Mapping[str, memoryview | bytes],
+                  keep: Collection[str] | None = None) -> dict[str, Any]:
+    """`__key__` and each member's field, in member order; with `keep`, only the fields in it (the
+    others are not decoded: field selection, reader/select.py)."""
     sample: dict[str, Any] = {"__key__": key}
     for suffix, data in members.items():
         field, _, ext = suffix.partition(".")
-        sample[field] = decode_member(ext, data)
+        if keep is None or field in keep:
+            sample[field] = decode_member(ext, data)
     return sample
