@@ -1,0 +1,160 @@
+"""`ShardIndex`: random access to one split of an export, a map-style dataset over its shard indexes.
+
+`ds[i]` is sample i of the split's concatenated shard order (the order of `ShardDataset(shuffle=False)`),
+located through the shard's `<shard>.tar.idx` offsets and decoded by the same code iteration uses
+(`ShardDataset._locate` / `_decode`, field selection included), so it is exactly what iteration
+yields for that sample. Use it with any sampler:
+
+    ds = ShardIndex("OUT", "train", fields=["joints", "actions"])
+    loader = DataLoader(ds, batch_size=32, sampler=DistributedSampler(ds), collate_fn=collate, num_workers=2)
+
+Costs: a lookup by position is a bisect over the shards' first ids (O(log shards)), the shard's index
+read once (then cached, as iteration caches it: `ShardSource.offsets`) and one read of the sample's
+bytes: a view of the mapped shard when local, one ranged request when remote (random order gives no
+neighbours to coalesce). Memory: O(shards) plus the bounded index cache.
+
+Lookup by key (`by_key`, `position`): keys are `<episode>_<anchor>`, but the export shuffles windows
+across a split's shards, so no key says which shard holds it. Each shard's key -> position map is built
+only when a lookup first needs it, from its samples' tar headers (the key is the member name before
+the first dot: one 512-byte header per sample, a view when local, one ranged read per sample in
+READ_THREADS threads when remote), shards scanned in order until the key is found. A lookup costs
+O(samples of the shards scanned before it) header reads the first time and a dict lookup per cached
+shard after; the maps are kept up to KEY_CACHE_ENTRIES keys (least recently used shard out: ~100 B
+per key, ~50 MB). For frequent key lookups over a whole split of millions of samples, build the map
+once (`positions()`), or keep one next to the export.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator
+
+from torch.utils.data import Dataset
+
+from robowds.reader.dataset import READ_THREADS, ShardDataset
+from robowds.reader.format import BLOCK, MAX_NAME_BYTES
+from robowds.reader.layout import SampleDecoder
+from robowds.reader.manifest import ShardInfo
+from robowds.reader.select import make_decoder
+from robowds.reader.source import ShardReadError, ShardSource
+
+KEY_CACHE_ENTRIES = 1 << 19  # keys kept in per-shard maps (LRU by shard)
+
+
+class ShardIndex(Dataset):
+    """Samples of one split by position (`ds[i]`, i in [0, len(ds))) or by key (`ds.by_key(key)`).
+
+    The options mean what they mean for `ShardDataset` (`fields`/`exclude`, `transform` with the
+    per-sample generator of (`seed`, `epoch`, key), `video_layout`, `verify`, remote ones); errors are
+    raised (a map-style dataset has no sample to skip to). Picklable for DataLoader workers: each
+    process opens its own shards on first use."""
+
+    def __init__(self, source: str | os.PathLike[str], split: str = "train", fields: list[str] | None = None, *,
+                 exclude: list[str] | None = None, transform: Any = None, seed: int = 0, epoch: int = 0,
+                 **options: Any) -> None:
+        # the iteration dataset in plan order 0..N-1 on one rank: its locate and decode are reused as they are
+        self.dataset = ShardDataset(source, split, shuffle=False, seed=seed, rank=0, world_size=1, fields=fields,
+                                    exclude=exclude, transform=transform, on_error="raise", **options)
+        self.dataset.set_epoch(epoch)
+        self.split = split
+        self._open: tuple[int, ShardSource, SampleDecoder] | None = None  # (pid, source, decoder) per process
+        self._keys: OrderedDict[int, dict[str, int]] = OrderedDict()  # shard -> key -> sample in shard
+        self._cached_keys = 0
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.dataset.manifest
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch `transform`'s per-sample generator sees (as in iteration)."""
+        self.dataset.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return self.dataset._first[-1]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        n = len(self)
+        index = int(i)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"sample {i} is outside split {self.split!r} ({n} samples)")
+        source, decoder = self._reader()
+        ds = self.dataset
+        shard, start, stop = ds._locate(index, source)
+        sample = ds._decode(source, decoder, shard, start, stop - start, (shard.path, stop))
+        assert sample is not None  # on_error="raise"
+        return sample
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_open"], state["_keys"], state["_cached_keys"] = None, OrderedDict(), 0
+        return state
+
+    def _reader(self) -> tuple[ShardSource, SampleDecoder]:
+        """This process's source and decoder (a forked worker opens its own: mapped files and remote
+        clients are not shared across processes)."""
+        if self._open is None or self._open[0] != os.getpid():
+            ds = self.dataset
+            source = ShardSource(ds.base, ds.storage_options, ds.verify, ds.retry, cache=ds.cache, shards=ds.shards,
+                                 max_request_bytes=ds.max_request_bytes, jitter_key=f"index/{os.getpid()}")
+            self._open = (os.getpid(), source, make_decoder(ds.members, ds.keep))
+            self._keys, self._cached_keys = OrderedDict(), 0
+        return self._open[1], self._open[2]
+
+    # -- by key ----------------------------------------------------------------------------------
+    def by_key(self, key: str) -> dict[str, Any]:
+        """The sample whose `__key__` is `key` (KeyError if the split has none)."""
+        return self[self.position(key)]
+
+    def position(self, key: str) -> int:
+        """The position of `key` in the split: cached shards first, then the others in order, each
+        one's map built from its headers when first scanned."""
+        for k in list(self._keys):
+            found = self._keys[k].get(key)
+            if found is not None:
+                self._keys.move_to_end(k)
+                return self.dataset._first[k] + found
+        for k in range(len(self.dataset.shards)):
+            if k in self._keys:
+                continue
+            found = self._shard_keys(k).get(key)
+            if found is not None:
+                return self.dataset._first[k] + found
+        raise KeyError(f"no sample {key!r} in split {self.split!r}")
+
+    def positions(self) -> Iterator[tuple[str, int]]:
+        """(key, position) of every sample in order, read from the headers shard by shard (not cached)."""
+        for k in range(len(self.dataset.shards)):
+            base = self.dataset._first[k]
+            for i, key in enumerate(self._read_keys(self.dataset.shards[k])):
+                yield key, base + i
+
+    def _shard_keys(self, k: int) -> dict[str, int]:
+        """Shard k's key -> sample map, built and cached (LRU, KEY_CACHE_ENTRIES keys in all)."""
+        keys = {key: i for i, key in enumerate(self._read_keys(self.dataset.shards[k]))}
+        self._keys[k] = keys
+        self._cached_keys += len(keys)
+        while self._cached_keys > KEY_CACHE_ENTRIES and len(self._keys) > 1:
+            self._cached_keys -= len(self._keys.popitem(last=False)[1])
+        return keys
+
+    def _read_keys(self, shard: ShardInfo) -> list[str]:
+        """The keys of `shard`'s samples in order: [samples] from their first tar headers."""
+        source, _ = self._reader()
+        offsets = source.offsets(shard)  # [samples + 1]
+
+        def key_at(i: int) -> str:
+            buf, at = source.span(shard.path, offsets[i], offsets[i] + BLOCK)
+            name = bytes(buf[at:at + MAX_NAME_BYTES]).split(b"\0", 1)[0]
+            if b"." not in name:
+                raise ShardReadError(f"shard {shard.path}: byte {offsets[i]}: no member name <key>.<field>.<ext> here")
+            return name.split(b".", 1)[0].decode("utf-8")
+
+        if source.mapped:
+            return [key_at(i) for i in range(shard.samples)]
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            return list(pool.map(key_at, range(shard.samples)))
