@@ -5,14 +5,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ShardDataset", "ShardLoader", "collate", "Collate", "RetryPolicy"]
+__all__ = ["ShardDataset", "ShardIndex", "ShardLoader", "Mixture", "collate", "Collate", "RetryPolicy"]
 
 # public name -> the submodule that defines it. Imported on first access (PEP 562), because `export`
 # imports `robowds.reader.format` / `robowds.reader.manifest` and must not pull in torch. No submodule may be named
 # like a public name: the import system binds a submodule as an attribute of the package when it is
 # imported, which would shadow the public name (reader/collate.py did, until it became collation.py).
-_LAZY = {"ShardDataset": "robowds.reader.dataset", "ShardLoader": "robowds.reader.loader",
-         "collate": "robowds.reader.collation", "Collate": "robowds.reader.collation", "RetryPolicy": "robowds.reader.remote"}
+_LAZY = {"ShardDataset": "robowds.reader.dataset", "ShardIndex": "robowds.reader.index",
+         "ShardLoader": "robowds.reader.loader",
+         "Mixture": "robowds.reader.mixture", "collate": "robowds.reader.collation",
+         "Collate": "robowds.reader.collation", "RetryPolicy": "robowds.reader.remote"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,135 @@
+"""Which source each position of a weighted mixture reads, and which of its samples. Pure numpy.
+
+Why per position: a mixture of 100M positions over 20 sources must start (and resume at 99%) without
+building a [100M] array of source choices in every DataLoader worker. Everything here is a function of
+a position, computed for the positions a worker asks for, chunk by chunk.
+
+The choice (`MixOrder`): the epoch's `length` positions are cut into blocks of `block` positions.
+Every full block holds exactly `counts[s]` slots of source s (`block_counts`: the weights times
+`block`, rounded by largest remainder, ties to the lower source index), so proportions are exact per
+block, not only on average; a short last block gets its own counts the same way. Position j of block b
+takes slot p = permute(j) (a keyed bijection of the block, `reader/feistel.py`, key from (seed, epoch,
+b)); slot p belongs to source s with cum[s] <= p < cum[s + 1], and is that source's draw
+b * counts[s] + (p - cum[s]) of the epoch. So source s's draws in block b are exactly its draws
+[b * counts[s], (b + 1) * counts[s]), each once, in the block's keyed order: O(1) per position, no
+counting of earlier positions, and the cursor needs only the position.
+
+The draw -> sample (`MixOrder.source_index`): draws continue across mixture epochs (mixture epoch e
+starts at draw e * draws_per_epoch[s]), and draw k of source s is position k mod N_s of the source's
+own epoch k // N_s order (its `EpochOrder`, under its own seed, shuffle and block). A source that runs
+out within a mixture epoch starts its next epoch (a full new permutation), never repeats a sample
+within one of its own epochs, and a small source is never restarted by a mixture epoch boundary.
+
+Memory: [S] arrays per source count; temporaries ~10 x [P] uint64 for P positions (Feistel round keys).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from robowds.reader.feistel import derive_keys, permute, schedule
+
+_MIX_SALT = 0x313D  # keeps the mixture's keys apart from the plan's under the same seed
+DEFAULT_BLOCK = 1024
+
+
+def normalise_weights(weights: Sequence[float]) -> np.ndarray:
+    """Weights as float64 [S] summing to 1; refuses negative, non-finite or all-zero weights."""
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if not len(w) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError(f"weights must be finite, >= 0 and not all 0, got {list(weights)}")
+    return w / w.sum()
+
+
+def block_counts(weights: Sequence[float], size: int) -> np.ndarray:
+    """Slots per source in a block of `size` positions: floor(w * size) plus one for the sources with
+    the largest remainders (ties: lower index first) until they sum to `size`. [S] int64.
+    Each count is within 1 of w * size, the closest integer split there is."""
+    w = normalise_weights(weights)
+    quota = w * size  # [S]
+    counts = np.floor(quota).astype(np.int64)
+    short = int(size - counts.sum())
+    if short > 0:
+        order = np.lexsort((np.arange(len(w)), -(quota - counts)))  # largest remainder, then index
+        counts[order[:short]] += 1
+    return counts
+
+
+class MixOrder:
+    """One epoch's choice of (source, draw) per position, for `length` positions. [S] arrays only."""
+
+    def __init__(self, weights: Sequence[float], length: int, seed: int, epoch: int,
+                 block: int = DEFAULT_BLOCK) -> None:
+        if block < 1:
+            raise ValueError("block must be >= 1")
+        self.length, self.block = int(length), int(block)
+        self.full = self.length // self.block  # full blocks
+        self.tail = self.length - self.full * self.block  # positions of the short last block
+        self.counts = block_counts(weights, self.block)  # [S] per full block
+        self.tail_counts = block_counts(weights, self.tail) if self.tail else np.zeros_like(self.counts)  # [S]
+        self._cum = np.concatenate([[0], np.cumsum(self.counts)])  # [S+1]
+        self._tail_cum = np.concatenate([[0], np.cumsum(self.tail_counts)])  # [S+1]
+        self.draws_per_epoch = self.full * self.counts + self.tail_counts  # [S] draws of each source per epoch
+        self._key = int(derive_keys(seed ^ _MIX_SALT, np.array([epoch], dtype=np.int64))[0])
+
+    def __call__(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source [P] int64, draw within this epoch [P] int64) at `positions` [P] (each in [0, length))."""
+        positions = np.asarray(positions, dtype=np.int64)
+        source = np.empty_like(positions)
+        draw = np.empty_like(positions)
+        if not len(positions):
+            return source, draw
+        blocks = positions // self.block  # [P]
+        within = positions - blocks * self.block  # [P]
+        lo, hi = int(blocks.min()), int(blocks.max())
+        if hi - lo < len(blocks):  # few blocks: round keys once per block, then gathered
+            round_keys = schedule(derive_keys(self._key, np.arange(lo, hi + 1)))[:, blocks - lo]  # [rounds, P]
+        else:
+            round_keys = schedule(derive_keys(self._key, blocks))  # [rounds, P]
+        tail = blocks == self.full  # [P] in the short last block
+        for mask, size, counts, cum in ((~tail, self.block, self.counts, self._cum),
+                                        (tail, self.tail, self.tail_counts, self._tail_cum)):
+            if not mask.any():
+                continue
+            slot = permute(within[mask], size, round_keys[:, mask])  # [M] in [0, size)
+            s = np.searchsorted(cum, slot, side="right") - 1  # [M] its source
+            source[mask] = s
+            draw[mask] = blocks[mask] * self.counts[s] + (slot - cum[s])
+        return source, draw
+
+    def draws_before(self, position: int) -> np.ndarray:
+        """How many draws of each source the positions [0, position) of this epoch made: [S] int64.
+        Computed from one block (O(block)), for tools and tests; reading never needs it."""
+        position = int(position)
+        b = position // self.block
+        counts = b * self.counts  # [S] the full blocks before
+        if position > b * self.block:
+            s, _ = self(np.arange(b * self.block, position, dtype=np.int64))
+            counts = counts + np.bincount(s, minlength=len(self.counts))
+        return counts
+
+    def source_index(self, source: np.ndarray, draw: np.ndarray, epoch: int,
+                     sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(the source's own epoch [P], position in that epoch's order [P]) of each draw: draws continue
+        across mixture epochs, and a source's k-th draw overall is position k mod N of its epoch k // N."""
+        sizes_arr = np.asarray(sizes, dtype=np.int64)  # [S]
+        total = int(epoch) * self.draws_per_epoch[source] + draw  # [P] draws of that source before, all epochs
+        n = sizes_arr[source]  # [P]
+        return total // n, total % n
+
+
+def epoch_until_exhausted(weights: Sequence[float], size: int, source: int, block: int = DEFAULT_BLOCK) -> int:
+    """The smallest epoch length (in positions) in which `source` (with `size` samples) is drawn at
+    least `size` times: an epoch that ends when that source has been read once. The full blocks come
+    from the closed form; the short last block is scanned (O(block x sources)), since largest-remainder
+    counts need not grow with the block size (the Alabama paradox)."""
+    counts = block_counts(weights, block)  # [S]
+    if counts[source] <= 0:
+        raise ValueError(f"source {source} gets no slot in a block of {block}: raise its weight or the block")
+    full = max(0, (int(size) - 1) // int(counts[source]))  # full blocks that leave it short (or 0)
+    for tail in range(block + 1):
+        if full * counts[source] + (block_counts(weights, tail)[source] if tail else 0) >= size:
+            return full * block + tail
+    return (full + 1) * block

@@ -1,0 +1,314 @@
+"""`Mixture`: one IterableDataset over several `ShardDataset`s, sampled by weight, exact and resumable.
+
+Each position of the mixture's epoch picks a source and one of that source's draws by pure
+arithmetic (`reader/mixing.py`), and draw k of a source reads the k-th position of that source's own
+epoch plan. So the mixture has the same shape as one `ShardDataset`: a sequence of `samples_per_epoch`
+positions per epoch, split into equal contiguous parts per rank (`pad` / `drop`), dealt to DataLoader
+workers batch by batch round-robin, and a cursor that is only (epoch, positions consumed, elastic
+history) plus a hash of the configuration: under 1 KB for any number of sources. `ShardLoader`
+drives it exactly as it drives a `ShardDataset` (same cursor protocol).
+
+Memory per worker: the sources' [shards] arrays, one `EpochOrder` per (source, source epoch) in use,
+and the positions of the chunk being read (`CHUNK` positions, a few MB); nothing of size
+`samples_per_epoch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections import deque
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+from torch.utils.data import IterableDataset, get_worker_info
+
+from robowds.reader.dataset import ShardDataset, Transform, resolve_topology, sample_rng
+from robowds.reader.mixing import DEFAULT_BLOCK, MixOrder, normalise_weights
+from robowds.reader.plan import (POLICIES, EpochOrder, Topology, rank_share, remaining_ranges, worker_chunks,
+                                 worker_count)
+from robowds.reader.source import ShardSource
+
+MIX_STATE_VERSION = 1
+CHUNK = 1 << 13  # positions planned at a time per worker (each source reads ahead within them)
+_NUMERIC = set("biuf")
+
+
+def _member_key(member: str) -> str:
+    """The sample dict key of a member file name (`joints_mask.npy` -> `joints_mask`)."""
+    return member.rsplit(".", 1)[0]
+
+
+def _fill_specs(schemas: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    """key -> (kind, dtype, shape) of every field and mask any source's manifest declares, for
+    `fill_missing`: numeric fields are filled with zeros of the declared shape, masks with False
+    (every step padded), text with "". The first source declaring a key decides its shape."""
+    specs: dict[str, tuple[Any, ...]] = {}
+    for schema in schemas:
+        for name, spec in schema.items():
+            dtype, shape = spec.get("dtype"), spec.get("shape")
+            if shape is not None and isinstance(dtype, str) and dtype not in ("str", "json") \
+                    and np.dtype(dtype).kind in _NUMERIC:
+                specs.setdefault(name, ("zeros", dtype, tuple(shape)))
+                mask = _member_key(spec["mask_member"]) if spec.get("mask_member") else f"{name}_mask"
+                specs.setdefault(mask, ("zeros", "bool", tuple(shape[:1])))
+            elif dtype == "str":
+                specs.setdefault(name, ("text",))
+    return specs
+
+
+class Mixture(IterableDataset):
+    """Samples (or, with `collate_fn`, batches) of several exports mixed by `weights`.
+
+    `datasets`: `ShardDataset`s (their split, seed, shuffle and block decide each source's own order;
+    their rank/world are ignored: the mixture splits its positions). `names`: one per source (default
+    `source0`, ...), prefixed to keys as `<name>/<key>` and given as `__source__`. `transforms`: one
+    per source (or a dict by name), `fn(sample, rng) -> sample`, mapping each source's sample to the
+    common schema (`rng` seeded from (seed, epoch, prefixed key), as `ShardDataset`'s). `fill_missing`:
+    a field that another source's manifest declares and this source's does not is filled with zeros
+    of the declared shape and dtype, and its mask with False (all padding), before the transform.
+    `samples_per_epoch`: positions per epoch (default: the sum of the sources' sizes).
+    """
+
+    def __init__(self, datasets: Sequence[ShardDataset], weights: Sequence[float], *, seed: int = 0,
+                 names: Sequence[str] | None = None, samples_per_epoch: int | None = None, block: int = DEFAULT_BLOCK,
+                 policy: str = "pad", transforms: Sequence[Transform | None] | Mapping[str, Transform] | None = None,
+                 fill_missing: bool = False, batch_size: int = 1, drop_last: bool = False,
+                 collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None, rank: int | None = None,
+                 world_size: int | None = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if len(weights) != len(datasets) or not datasets:
+            raise ValueError(f"{len(datasets)} datasets but {len(weights)} weights: give one weight per dataset")
+        self.datasets = list(datasets)
+        self.weights = tuple(float(w) for w in normalise_weights(weights))
+        self.names = list(names) if names is not None else [f"source{i}" for i in range(len(datasets))]
+        if len(self.names) != len(datasets) or len(set(self.names)) != len(self.names):
+            raise ValueError(f"names must be one distinct name per dataset, got {self.names}")
+        self.sizes = tuple(int(sum(ds.counts)) for ds in self.datasets)  # [S] samples per source
+        for name, size, w in zip(self.names, self.sizes, self.weights):
+            if size == 0 and w > 0:
+                raise ValueError(f"source {name!r} has no samples in its split but weight {w}")
+        if isinstance(transforms, Mapping):
+            unknown = set(transforms) - set(self.names)
+            if unknown:
+                raise ValueError(f"transforms for unknown sources {sorted(unknown)}; sources are {self.names}")
+            transforms = [transforms.get(n) for n in self.names]
+        self.transforms = list(transforms) if transforms is not None else [None] * len(datasets)
+        if len(self.transforms) != len(datasets):
+            raise ValueError("transforms: give one per dataset (None for none), or a dict by name")
+        every = _fill_specs([ds.manifest["schema"] for ds in self.datasets])
+        own = [_fill_specs([ds.manifest["schema"]]) for ds in self.datasets]
+        # per source: the fields (and masks) other sources declare and it does not, filled before its transform
+        self.fill = [{k: v for k, v in every.items() if k not in mine} if fill_missing else {} for mine in own]
+        self.length_per_epoch = int(samples_per_epoch) if samples_per_epoch is not None else sum(self.sizes)
+        self.seed, self.block, self.policy = int(seed), int(block), policy
+        self.rank, self.world_size = resolve_topology(rank, world_size)
+        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
+        self.epoch, self.start, self.history = 0, 0, ()  # the cursor (as ShardDataset's)
+        self._yielded = 0
+        self._worker: tuple[int, int] = (0, 1)
+        self._sequence: Any = None  # ShardLoader resets it; nothing cached here depends on it
+
+    # -- what each source is --------------------------------------------------------------------
+    def stats(self, name: str) -> dict[str, Any]:
+        """The normalisation statistics of source `name`'s split, from its manifest (field -> stats)."""
+        ds = self.datasets[self.names.index(name)]
+        return ds.manifest.get("stats", {}).get(ds.split, {})
+
+    def config_hash(self) -> str:
+        """What a cursor must agree on, hashed (so the cursor stays small for any number of sources):
+        names, weights, and each source's split, size and plan parameters."""
+        parts = [[n, w, ds.split, size, ds.seed, ds.shuffle, ds.block]
+                 for n, w, ds, size in zip(self.names, self.weights, self.datasets, self.sizes)]
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+    # -- the plan --------------------------------------------------------------------------------
+    def _ranges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The epoch positions left after the elastic history: ([K] lo, [K] hi, [K] index of each
+        range's start, how many remain)."""
+        lo, hi = remaining_ranges(self.length_per_epoch, self.history, self.policy)
+        lengths = hi - lo
+        return lo, hi, np.cumsum(lengths) - lengths, int(lengths.sum())
+
+    def _rank_length(self) -> int:
+        return rank_share(self._ranges()[3], self.world_size, self.policy)
+
+    def epoch_length(self) -> int:
+        """Positions this rank reads in the current epoch (identical on every rank)."""
+        n = self._rank_length()
+        return n // self.batch_size * self.batch_size if self.drop_last else n
+
+    def __len__(self) -> int:
+        n = self.epoch_length()
+        return -(-n // self.batch_size) if self.collate_fn is not None else n
+
+    def choices(self, positions: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(source [P], sample id within that source's split [P]) at this rank's `positions` [P] of the
+        epoch (default the current one). Pure arithmetic; `EpochOrder`s built per source epoch met."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        lo, _, before, remaining = self._ranges()
+        index = self.rank * self._rank_length() + np.asarray(positions, dtype=np.int64)  # [P]
+        if remaining:
+            index %= remaining  # `pad`: past the end repeats the start
+        k = np.searchsorted(before, index, side="right") - 1
+        mix = MixOrder(self.weights, self.length_per_epoch, self.seed, epoch, self.block)
+        source, draw = mix(lo[k] + (index - before[k]))  # [P], [P]
+        own_epoch, own_position = mix.source_index(source, draw, epoch, self.sizes)  # [P], [P]
+        ids = np.empty_like(source)
+        for s, e in set(zip(source.tolist(), own_epoch.tolist())):
+            at = (source == s) & (own_epoch == e)
+            ds = self.datasets[s]
+            ids[at] = EpochOrder(ds.counts, ds.seed, e, ds.shuffle, ds.block)(own_position[at])
+        return source, ids
+
+    def sequence(self) -> list[tuple[str, int]]:
+        """This rank's (source name, sample id) for the current epoch, materialised (tests, tools)."""
+        s, ids = self.choices(np.arange(self.epoch_length(), dtype=np.int64))
+        return [(self.names[a], b) for a, b in zip(s.tolist(), ids.tolist())]
+
+    # -- the cursor (the protocol ShardLoader and ShardDataset share) ---------------------------
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.start, self.history, self._yielded = int(epoch), 0, (), 0
+
+    def at_epoch_end(self) -> bool:
+        return 0 < self.epoch_length() <= self.start
+
+    def next_epoch(self, finished: int) -> None:
+        if self.epoch == finished:
+            self.set_epoch(finished + 1)
+
+    def cursor(self, consumed: int | None = None) -> dict[str, Any]:
+        """JSON-serialisable; ~250 bytes whatever the number of sources (the configuration is hashed)."""
+        return {"version": MIX_STATE_VERSION, "kind": "mixture", "config": self.config_hash(),
+                "samples_per_epoch": self.length_per_epoch, "seed": self.seed, "block": self.block,
+                "policy": self.policy, "batch_size": self.batch_size, "epoch": self.epoch,
+                "consumed": int(self.start if consumed is None else consumed), "world_size": self.world_size,
+                "history": [[t.world_size, t.consumed] for t in self.history]}
+
+    def load_cursor(self, state: dict[str, Any]) -> None:
+        """Continue where `state` stopped: another batch size or worker count needs nothing (the cursor
+        counts positions); another world size re-plans the rest of the epoch (elastic)."""
+        if state.get("kind") != "mixture" or state.get("version") != MIX_STATE_VERSION:
+            raise ValueError(f"not a mixture cursor of version {MIX_STATE_VERSION}: {state.get('kind')!r}, "
+                             f"version {state.get('version')!r}")
+        mine = self.cursor()
+        for key in ("config", "samples_per_epoch", "seed", "block", "policy"):
+            if state[key] != mine[key]:
+                what = " (sources, weights, or a source's split, size or plan)" if key == "config" else ""
+                raise ValueError(f"mixture cursor was saved with {key}={state[key]!r}{what}, "
+                                 f"this mixture has {mine[key]!r}")
+        self.epoch = int(state["epoch"])
+        history = tuple(Topology(int(w), int(c)) for w, c in state["history"])
+        if int(state["world_size"]) == self.world_size:
+            self.history, self.start = history, int(state["consumed"])
+        else:
+            self.history, self.start = history + (Topology(int(state["world_size"]), int(state["consumed"])),), 0
+        self._yielded = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Stateful protocol (torchdata StatefulDataLoader calls it inside each worker)."""
+        worker = {"id": self._worker[0], "workers": self._worker[1], "yielded": self._yielded}
+        return {**self.cursor(), "worker": worker}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_cursor(state)
+        if "worker" in state and self.start == int(state["consumed"]) and int(state["worker"]["yielded"]):
+            if int(state["batch_size"]) != self.batch_size:
+                raise ValueError(
+                    f"this worker state was saved with batch_size={state['batch_size']}, this mixture has "
+                    f"{self.batch_size}: a worker's progress counts its own batches, which another batch size deals "
+                    "differently. Resume with ShardLoader (its cursor counts samples), or with the same batch size")
+            self._yielded = int(state["worker"]["yielded"])
+
+    # -- reading ---------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        """The rest of the current epoch for this worker's share, as `ShardDataset.__iter__` (same
+        epoch moves, same round-robin dealing of batches)."""
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        self._worker = (worker, workers)
+        epoch, length = self.epoch, self.epoch_length()
+        unit = self.batch_size if self.collate_fn is not None else 1
+        share = worker_count(length, self.start, self.batch_size, workers, worker)
+        if workers == 1 and (self.at_epoch_end() or (self._yielded and self._yielded * unit >= share)):
+            self.next_epoch(epoch)
+            epoch, length = self.epoch, self.epoch_length()
+            share = worker_count(length, self.start, self.batch_size, workers, worker)
+        done = min(self._yielded * unit, share)
+        items = -(-(share - done) // unit)
+        last = items - 1 if workers == 1 else -1
+        positions = worker_chunks(length, self.start, self.batch_size, workers, worker, skip=done, chunk=CHUNK)
+        samples = self._samples((self.choices(p, epoch) for p in positions), epoch, f"{self.rank}/{worker}")
+        if self.collate_fn is None:
+            for i, sample in enumerate(samples):
+                self._yielded += 1
+                if i == last:
+                    self.next_epoch(epoch)
+                if sample is not None:
+                    yield sample
+        else:
+            i = 0
+            while chunk := list(itertools.islice(samples, self.batch_size)):
+                kept = [s for s in chunk if s is not None]
+                self._yielded += 1
+                batch = self.collate_fn(kept) if kept else {"__key__": []}
+                if isinstance(batch, dict):
+                    batch["__skipped__"] = len(chunk) - len(kept)
+                if i == last:
+                    self.next_epoch(epoch)
+                i += 1
+                yield batch
+        if workers > 1 and self.epoch == epoch:
+            self.start, self._yielded = 0, 0
+
+    def _samples(self, chunks: Iterator[tuple[np.ndarray, np.ndarray]], epoch: int,
+                 jitter: str) -> Iterator[dict[str, Any] | None]:
+        """Samples in position order. Each source reads its own ids through its dataset's read-ahead
+        (`ShardDataset._samples`), fed from one shared queue of planned chunks: a source that looks
+        ahead pulls the next chunk, and the other sources' ids from it wait in their queues (bounded by
+        about READ_AHEAD / weight positions)."""
+        queues: list[deque[int]] = [deque() for _ in self.datasets]  # per source: sample ids planned
+        order: deque[int] = deque()  # the source of each planned position not yet handed out
+
+        def pull() -> bool:
+            chunk = next(chunks, None)
+            if chunk is None:
+                return False
+            source, ids = chunk
+            order.extend(source.tolist())
+            for s in np.unique(source).tolist():
+                queues[s].extend(ids[source == s].tolist())
+            return True
+
+        def ids_of(s: int) -> Iterator[int]:
+            while True:
+                while not queues[s]:
+                    if not pull():
+                        return
+                yield queues[s].popleft()
+
+        readers: dict[int, Iterator[dict[str, Any] | None]] = {}
+        while order or pull():
+            s = order.popleft()
+            if s not in readers:
+                ds = self.datasets[s]
+                source = ShardSource(ds.base, ds.storage_options, ds.verify, ds.retry, cache=ds.cache,
+                                     shards=ds.shards, max_request_bytes=ds.max_request_bytes,
+                                     jitter_key=f"{jitter}/{self.names[s]}")
+                readers[s] = ds._samples(source, ids_of(s))
+            sample = next(readers[s])
+            yield None if sample is None else self._finish(s, sample, epoch)
+
+    def _finish(self, s: int, sample: dict[str, Any], epoch: int) -> dict[str, Any]:
+        """The missing fields filled, then the source's transform; the key prefixed, `__source__` set."""
+        name = self.names[s]
+        key = f"{name}/{sample['__key__']}"
+        for field, spec in self.fill[s].items():
+            sample[field] = np.zeros(spec[2], dtype=spec[1]) if spec[0] == "zeros" else ""
+        if self.transforms[s] is not None:
+            sample = self.transforms[s](sample, sample_rng(self.seed, epoch, key))
+        sample["__key__"], sample["__source__"] = key, name
+        return sample
