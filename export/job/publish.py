@@ -11,9 +11,12 @@ ends byte-identical to an uninterrupted one.
 
 What robowds owns in OUT: the files its manifest lists (shards and, from manifest version 2, their
 offset indexes `<shard>.idx`), `manifest.json`, `<split>.wids.json` of the manifest's splits, and the
-work folder. Nothing else is ever replaced or deleted, with one exception: `<shard>.idx` next to a
-shard of the export being replaced is replaced by the new index (`energon prepare` writes such indexes
-for version 1 exports; an index describes a shard that is being replaced, so it would be stale).
+work folder, and `.nv-meta/{dataset.yaml,split.yaml,.info.json}` (Megatron-Energon's metadata,
+`energon.py`) where their bytes are what robowds wrote for the old manifest. Nothing else is ever
+replaced or deleted, with one exception: `<shard>.idx` next to a shard of the export being replaced is
+replaced by the new index (`energon prepare` writes such indexes for version 1 exports; an index
+describes a shard that is being replaced, so it would be stale). A `.nv-meta/` file robowds did not
+write (edited, or from `energon prepare`, `index.sqlite` included) stays as it is, with a warning.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from robowds.export.errors import UserError
+from robowds.export.job.energon import FILES as ENERGON_FILES
+from robowds.export.job.energon import NV_META, energon_files
 from robowds.export.job.fsio import fsync_dir, fsync_write
 from robowds.reader.manifest import (MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest, safe_relative,
                                      shards_of)
@@ -124,20 +129,53 @@ def _as_user_error(out: Path) -> Iterator[None]:
                         ) from exc
 
 
-def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
-    """Replace the export in OUT (if any) by the finished one whose shards wait in `work/ready/`.
+def _ours_in_nv_meta(out: Path, old: dict[str, Any] | None) -> set[str]:
+    """The `.nv-meta/` files in OUT that robowds wrote for the old export: bytes equal to what it writes
+    for the old manifest (a pure function of it), so an edit or `energon prepare` makes a file the user's."""
+    if old is None:
+        return set()
+    return {rel for rel, data in energon_files(old).items()
+            if (out / rel).is_file() and not (out / rel).is_symlink() and (out / rel).read_bytes() == data}
 
-    Order of changes to OUT: old manifest removed (nothing stale stays listed), new shards and wids
-    indexes renamed into place, old listed files the new export does not have removed, new manifest
-    renamed into place last, work folder removed.
+
+def _nv_meta_warnings(out: Path, kept: list[str], replacing: bool) -> list[str]:
+    """What the user must know about `.nv-meta/` files robowds did not write, all kept as they are."""
+    notes = [f"{rel} in {out} was not written by robowds (edited, or from `energon prepare`): kept as it is, "
+             f"and Energon reads it instead of robowds' (move it away and re-run the export to get that)"
+             for rel in kept]
+    folder = out / NV_META
+    if replacing and folder.is_dir():
+        others = sorted(rel for rel in (p.relative_to(out).as_posix() for p in folder.iterdir())
+                        if rel not in ENERGON_FILES)
+        if others:
+            notes.append(f"{', '.join(others)} in {out} describe the previous export and were kept: re-run "
+                         f"`energon prepare {out} --tar-index-only` if you use them (index.sqlite: Energon's "
+                         f"random access by key and joins; get_train_dataset does not need it)")
+    return notes
+
+
+def publish(out: Path, work: Path, manifest: dict[str, Any]) -> list[str]:
+    """Replace the export in OUT (if any) by the finished one whose shards wait in `work/ready/`;
+    returns warnings (`.nv-meta/` files of the user's, kept).
+
+    Order of changes to OUT: old manifest removed (nothing stale stays listed), new shards, wids
+    indexes and `.nv-meta/` files renamed into place, old listed files the new export does not have
+    removed, new manifest renamed into place last, work folder removed.
     """
     ready = work / READY
+    meta = energon_files(manifest)
     with _as_user_error(out):
         for split, entry in manifest["splits"].items():
             fsync_write(ready / f"{split}.wids.json", wids_index(split, entry))
+        for rel, data in meta.items():  # after the wids indexes: the SIGKILL test reads phases from ready/
+            (ready / rel).parent.mkdir(exist_ok=True)
+            fsync_write(ready / rel, data)
         fsync_write(ready / MANIFEST_NAME, dump_manifest(manifest))
     new = owned_files(manifest)
     old = read_manifest(out)
+    ours_meta = _ours_in_nv_meta(out, old)
+    kept = [rel for rel in meta if _in_the_way(out, rel, rel in ours_meta)]  # the user's: never replaced
+    warnings = _nv_meta_warnings(out, kept, old is not None)
     owned = set(owned_files(old)) if old is not None else set()  # removed where the new export lacks them
     replaceable = owned | (shard_indexes(old) if old is not None else set())
     blocked = [rel for rel in new if _in_the_way(out, rel, rel in replaceable)]
@@ -147,10 +185,12 @@ def publish(out: Path, work: Path, manifest: dict[str, Any]) -> None:
                         f"manifest lists them: {shown}",
                         hint=f"robowds never replaces files it did not write: move them out of {out} and re-run "
                              f"the same command (the finished shards wait in {work})")
-    journal = {"place": [rel for rel in new if rel != MANIFEST_NAME], "remove": sorted(owned - set(new))}
+    placed = [rel for rel in new if rel != MANIFEST_NAME] + [rel for rel in meta if rel not in kept]
+    journal = {"place": placed, "remove": sorted(owned - set(new))}
     with _as_user_error(out):
         fsync_write(work / JOURNAL, json.dumps(journal).encode())  # the commit point
     finish_publish(out, work)
+    return warnings
 
 
 def finish_publish(out: Path, work: Path) -> bool:

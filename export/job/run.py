@@ -11,7 +11,8 @@ finished steps and, because every step is deterministic, ends byte-identical.
 What the work folder holds tells which phase a run reached (the SIGKILL test in
 tests/test_export_e2e.py reads it so): `job.json` from the start; map: `ep-N.bin` / `ep-N.rec` per
 staged episode; reduce: `shards/*.json` records, `tmp/` temp shards, `ready/<split>/shard-N.tar`;
-publish: `ready/<split>.wids.json` and `ready/manifest.json`, then the journal `publish.json`.
+publish: `ready/<split>.wids.json`, `ready/.nv-meta/*` (Energon's metadata) and `ready/manifest.json`,
+then the journal `publish.json`.
 """
 
 from __future__ import annotations
@@ -182,8 +183,8 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
-    publish(out, work, manifest)
+    kept = publish(out, work, manifest)  # warnings: `.nv-meta/` files of the user's, kept
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
                    total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"],
-                   warnings=tuple(report_warnings(manifest["report"], manifest["config"]["splits"])))
+                   warnings=(*report_warnings(manifest["report"], manifest["config"]["splits"]), *kept))
