@@ -194,6 +194,12 @@ class ShardDataset(IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_cursor(state)
         if self.start == int(state["consumed"]) and "worker" in state:
+            if int(state["worker"]["yielded"]) and int(state.get("batch_size", self.batch_size)) != self.batch_size:
+                raise ValueError(  # a worker's progress is in its own round-robin batches of the old size
+                    f"this StatefulDataLoader worker state was saved with batch_size={state['batch_size']}, this "
+                    f"dataset has batch_size={self.batch_size}: each worker's progress counts its own batches, "
+                    "which another batch size deals to other positions. Resume with the same batch size, or use "
+                    "ShardLoader, whose cursor counts samples and continues with any batch size")
             self._yielded = int(state["worker"]["yielded"])
 
     # -- reading ---------------------------------------------------------------------------------
