@@ -27,7 +27,7 @@ def make_loader(out: Path, batch: int, workers: int, rank: int = 0, world: int =
     return ShardLoader(ds, batch_size=batch, num_workers=workers)
 
 
-@pytest.mark.parametrize("old, new, world", [((8, 0), (5, 0), 1), ((4, 2), (7, 1), 1), ((6, 1), (3, 2), 2)])
+@pytest.mark.parametrize("old, new, world", [((8, 0), (5, 0), 1), ((4, 2), (7, 1), 1), ((6, 0), (3, 1), 2)])
 def test_cursor_from_one_batch_size_continues_with_another(dataset_dir: Path, old: tuple[int, int],
                                                            new: tuple[int, int], world: int) -> None:
     """(batch size, workers) old -> new; cuts early, just before the epoch's last batch, and in epoch 1."""

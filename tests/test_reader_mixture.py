@@ -5,7 +5,6 @@ math (`reader/mixing.py`) property-tested."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections import Counter
@@ -14,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,9 +20,9 @@ from robowds.reader import Mixture, ShardDataset, ShardLoader
 from robowds.reader.mixing import MixOrder, block_counts, epoch_until_exhausted
 
 from exports import export_synthetic
+from test_reader_resume import consume  # the resume harness's reader, unchanged: works on any cursor loader
 
 BATCH = 4
-Record = tuple[int, str, str]  # (epoch, key, sha256 of the sample's tensors)
 
 
 @pytest.fixture(scope="module")
@@ -47,25 +45,6 @@ def make_mixture(paths: tuple[Path, Path], rank: int = 0, world: int = 1, **kwar
 def make_loader(paths: tuple[Path, Path], rank: int = 0, world: int = 1, workers: int = 0, batch: int = BATCH,
                 **kwargs: Any) -> ShardLoader:
     return ShardLoader(make_mixture(paths, rank, world, **kwargs), batch_size=batch, num_workers=workers)
-
-
-def digest_rows(batch: dict[str, Any]) -> list[str]:
-    names = sorted(k for k, v in batch.items() if isinstance(v, torch.Tensor))
-    return [hashlib.sha256(b"".join(batch[n][i].numpy().tobytes() for n in names)).hexdigest()
-            for i in range(len(batch["__key__"]))]
-
-
-def consume(loader: ShardLoader, batches: int | None = None, epochs: int = 2) -> list[Record]:
-    records: list[Record] = []
-    count = 0
-    while loader.dataset.epoch < epochs:
-        epoch = loader.dataset.epoch
-        for batch in loader:
-            records += [(epoch, k, d) for k, d in zip(batch["__key__"], digest_rows(batch))]
-            count += 1
-            if batches is not None and count >= batches:
-                return records
-    return records
 
 
 # -- the selection math ----------------------------------------------------------------------------
@@ -169,7 +148,7 @@ def test_resume_at_random_cut_points(sources: tuple[Path, Path], world: int, wor
     for rank in range(world):
         reference = consume(make_loader(sources, rank, world, 0))  # the plan, read without workers
         total = -(-len(reference) // BATCH)
-        for cut in sorted({1, total // 2, rng.randrange(2, total)}):
+        for cut in sorted({1, rng.randrange(2, total)}):
             first = make_loader(sources, rank, world, workers)
             head = consume(first, batches=cut)
             state = json.loads(json.dumps(first.state_dict()))
