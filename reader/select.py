@@ -6,9 +6,9 @@ state/action alone should pay only for those.
 
 Names are the manifest schema's fields; a field's mask member (`<field>_mask`) goes with it; `__key__`
 and `meta` are always kept. What is skipped:
-- local (memory-mapped) shards: unselected members are neither decoded nor touched (their pages are
-  never read by us; the kernel's fault-around may still map neighbours), through a learned layout
-  reduced to the selected members (`FieldDecoder`);
+- local (memory-mapped) shards: unselected members are not decoded and their data is never read
+  (only their 512-byte headers, to hop over them; the kernel's fault-around may still map neighbouring
+  pages), whatever each sample's length (`FieldDecoder`);
 - remote shards: the whole sample is fetched (members of a sample are stored in sorted suffix order,
   so a field and its mask are rarely adjacent to the next selected field: a range per member would
   multiply requests), and only the selected members are decoded.
@@ -16,11 +16,13 @@ and `meta` are always kept. What is skipped:
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Union
 
-from robowds.reader.decode import decode_sample
-from robowds.reader.format import META_FIELD, ShardFormatError, mask_field, read_sample
-from robowds.reader.layout import Buffer, SampleDecoder, SampleLayout
+from robowds.reader.decode import decode_member, decode_sample
+from robowds.reader.format import (BLOCK, MAX_NAME_BYTES, META_FIELD, ShardFormatError, mask_field, read_sample,
+                                   tar_header)
+from robowds.reader.layout import Buffer, SampleDecoder
 from robowds.reader.members import MemberSet
 
 
@@ -49,33 +51,41 @@ def select_fields(schema: dict[str, dict[str, Any]], fields: Iterable[str] | Non
     return None if keep >= every else frozenset(keep)
 
 
-def reduce_layout(layout: SampleLayout | None, keep: frozenset[str]) -> SampleLayout | None:
-    """`layout` checking and decoding only the members of fields in `keep`: a sample of the layout's
-    length whose selected members' headers are byte-identical to the learned ones (key included) holds
-    them at the learned offsets; the unselected members are not read at all."""
-    if layout is None:
-        return None
-    return SampleLayout(layout.key_len, tuple(s for s in layout.slots if s.field in keep), layout.varying)
+@dataclass(frozen=True)
+class _Slot:
+    """One member of a learned member sequence (every sample of an export has the same suffixes in
+    the same, sorted, order; only the sizes of variable members differ)."""
+
+    suffix: bytes  # b"joints.npy"
+    field: str
+    ext: str
+    keep: bool  # decoded (selected), else only its name and size are read, to hop over it
 
 
-class FieldDecoder(SampleDecoder):
-    """A `SampleDecoder` that decodes only the fields in `keep` (`select_fields`).
+class FieldDecoder:
+    """Samples with only the fields in `keep` decoded (`select_fields`), whatever their byte length.
 
-    Layouts are learned from whole samples (the parent's rules: checked walk first, member set
-    checked), then matched in their reduced form; a sample that does not match goes through the checked
-    walk of all its members (so a corrupt one is still one error with shard and byte), and only the
-    selected members are decoded. The dict holds the selected fields in the checked walk's order."""
+    Why not the learned layouts of `reader/layout.py`: they are keyed by sample length and a jpg
+    camera makes almost every sample's length different (its JPEG sizes vary), so the layouts never
+    settle. Instead the decoder learns the member sequence from the first sample (checked walk, member
+    set checked) and then hops over each sample's headers: for every member, its name must be exactly
+    `<key>.<suffix>` of the sequence and its size field as our writer formats it; a selected member's
+    whole header must be byte-identical to what our writer produces for that name and size (checksum
+    included), then it is decoded; an unselected one is skipped by its size, its data never read. The
+    hop must end exactly at the sample's end. Anything else goes through the checked walk of all
+    members (so a corrupt sample is still one error with shard and byte) and relearns the sequence.
+    Cost: O(members) header slices per sample; memory: O(members) plus a bounded header cache."""
 
     def __init__(self, members: MemberSet | None, keep: frozenset[str]) -> None:
-        super().__init__(members)
-        self.keep = keep
-        self._reduced: dict[int, SampleLayout | None] = {}  # sample length -> reduced layout
+        self.members, self.keep = members, keep
+        self._sequence: tuple[_Slot, ...] | None = None
+        self._headers: dict[tuple[bytes, int, int], tuple[bytes, int, bytes]] = {}  # (suffix, size, key length) -> parts
+        self.matched = 0  # samples decoded by hopping (the rest went through the checked walk)
 
     def decode(self, buf: Buffer, start: int, stop: int, where: str, base: int) -> dict[str, Any]:
-        length = stop - start
-        layout = self._reduced.get(length)
-        if layout is not None and stop <= len(buf):
-            sample = layout.match(buf, start)
+        """As `SampleDecoder.decode`, with only the selected fields."""
+        if self._sequence is not None and stop <= len(buf):
+            sample = self._hop(buf, start, stop, self._sequence)
             if sample is not None:
                 self.matched += 1
                 return sample
@@ -83,12 +93,68 @@ class FieldDecoder(SampleDecoder):
         problem = self.members.problem(members) if self.members is not None else None
         if problem is not None:
             raise ShardFormatError(f"{where}: byte {base}: sample {key!r}: {problem}")
-        sample = decode_sample(key, members, self.keep)
-        self._learn(buf, start, stop, self._layouts.get(length))
-        self._reduced[length] = reduce_layout(self._layouts.get(length), self.keep)
-        return sample
+        slots = []
+        for suffix in members:
+            field, _, ext = suffix.partition(".")
+            slots.append(_Slot(suffix.encode("utf-8"), field, ext, field in self.keep))
+        self._sequence = tuple(slots)
+        return decode_sample(key, members, self.keep)
+
+    def _hop(self, buf: Buffer, start: int, stop: int, sequence: tuple[_Slot, ...]) -> dict[str, Any] | None:
+        name_end = buf.find(b".", start, start + MAX_NAME_BYTES)  # the key ends at the first dot
+        if name_end <= start:
+            return None
+        key = buf[start:name_end]
+        if b"\0" in key:
+            return None
+        try:
+            text_key = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        key_sum = sum(key)
+        view = memoryview(buf)
+        sample: dict[str, Any] = {"__key__": text_key}
+        pos = start
+        for slot in sequence:
+            header = buf[pos:pos + BLOCK]
+            name = key + b"." + slot.suffix
+            if len(name) > MAX_NAME_BYTES or header[:MAX_NAME_BYTES] != name.ljust(MAX_NAME_BYTES, b"\0"):
+                return None
+            size_field = header[_SIZE_AT:_SIZE_AT + 12]
+            try:
+                size = int(size_field[:11], 8)
+            except ValueError:
+                return None
+            if size_field != b"%011o\0" % size:
+                return None
+            data = pos + BLOCK
+            if data + size > stop:
+                return None
+            if slot.keep:
+                if header != self._expected(name, len(key), key_sum, slot.suffix, size):
+                    return None
+                chunk = buf[data:data + size] if slot.ext in ("txt", "json") else view[data:data + size]
+                sample[slot.field] = decode_member(slot.ext, chunk)
+            pos = data + size + (-size) % BLOCK
+        return sample if pos == stop else None
+
+    def _expected(self, name: bytes, key_len: int, key_sum: int, suffix: bytes, size: int) -> bytes:
+        """The header our writer produces for `name` (= key + "." + suffix) of `size` bytes, from cached
+        parts: everything after the key up to the checksum, the checksum less the key's byte sum, the rest."""
+        parts = self._headers.get((suffix, size, key_len))
+        if parts is None:
+            full = tar_header(name.decode("utf-8"), size)
+            parts = (full[key_len:_CHECKSUM_AT], int(full[_CHECKSUM_AT:_CHECKSUM_AT + 6], 8) - key_sum,
+                     full[_CHECKSUM_AT + 8:])
+            if len(self._headers) < 4096:
+                self._headers[(suffix, size, key_len)] = parts
+        head, checksum, tail = parts
+        return name[:key_len] + head + b"%06o\0 " % (checksum + key_sum) + tail
 
 
-def make_decoder(members: MemberSet | None, keep: frozenset[str] | None) -> SampleDecoder:
+_SIZE_AT, _CHECKSUM_AT = 124, 148  # ustar header fields
+
+
+def make_decoder(members: MemberSet | None, keep: frozenset[str] | None) -> Union[SampleDecoder, FieldDecoder]:
     """The decoder for one reading loop: every field (`keep` None) or only `keep`'s."""
     return SampleDecoder(members) if keep is None else FieldDecoder(members, keep)
