@@ -25,11 +25,13 @@ Memory: [S] arrays per source count; temporaries ~10 x [P] uint64 for P position
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from robowds.reader.feistel import derive_keys, permute, schedule
+from robowds.reader.plan import EpochOrder, Topology, rank_share, remaining_ranges
 
 _MIX_SALT = 0x313D  # keeps the mixture's keys apart from the plan's under the same seed
 DEFAULT_BLOCK = 1024
@@ -133,3 +135,52 @@ def epoch_until_exhausted(weights: Sequence[float], size: int, source: int, bloc
         if full * counts[source] + (block_counts(weights, tail)[source] if tail else 0) >= size:
             return full * block + tail
     return (full + 1) * block
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What decides one source's own order: its shards' sample counts and its plan parameters."""
+
+    counts: tuple[int, ...]  # [shards] samples per shard
+    seed: int = 0
+    shuffle: bool = True
+    block: int = 4096
+
+
+class MixPlan:
+    """One rank's mixture sequence of an epoch: `length` positions, `ids(positions)` -> (source, sample
+    id in that source's split). The epoch's positions are split over ranks as `RankPlan` splits a
+    split's (contiguous parts, `pad`/`drop`, elastic `history` as remaining ranges). Holds [S] and [K]
+    arrays and one `EpochOrder` per (source, source epoch) met (each O(its shards))."""
+
+    def __init__(self, weights: Sequence[float], samples_per_epoch: int, sources: Sequence[SourcePlan], seed: int,
+                 epoch: int, block: int = DEFAULT_BLOCK, policy: str = "pad", history: tuple[Topology, ...] = (),
+                 world_size: int = 1, rank: int = 0) -> None:
+        self.order = MixOrder(weights, samples_per_epoch, seed, epoch, block)
+        self.sources, self.epoch = list(sources), int(epoch)
+        self.sizes = [sum(s.counts) for s in self.sources]  # [S]
+        self._lo, hi = remaining_ranges(int(samples_per_epoch), history, policy)  # [K], [K]
+        self._before = np.cumsum(hi - self._lo) - (hi - self._lo)  # [K]
+        self.remaining = int((hi - self._lo).sum())
+        self.length = rank_share(self.remaining, world_size, policy)
+        self._offset = rank * self.length
+        self._orders: dict[tuple[int, int], EpochOrder] = {}  # (source, its epoch) -> its order
+
+    def ids(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source [P], sample id [P]) at this rank's `positions` [P] (each in [0, length))."""
+        index = self._offset + np.asarray(positions, dtype=np.int64)  # [P] into the remaining sequence
+        if self.remaining:
+            index %= self.remaining  # `pad`: past the end repeats the start
+        k = np.searchsorted(self._before, index, side="right") - 1
+        source, draw = self.order(self._lo[k] + (index - self._before[k]))  # [P], [P]
+        own_epoch, own_position = self.order.source_index(source, draw, self.epoch, self.sizes)  # [P], [P]
+        ids = np.empty_like(source)
+        for s, e in set(zip(source.tolist(), own_epoch.tolist())):
+            at = (source == s) & (own_epoch == e)
+            if (s, e) not in self._orders:
+                if len(self._orders) >= 4 * len(self.sources):  # bounded: a chunk meets few source epochs
+                    self._orders.clear()
+                spec = self.sources[s]
+                self._orders[s, e] = EpochOrder(spec.counts, spec.seed, e, spec.shuffle, spec.block)
+            ids[at] = self._orders[s, e](own_position[at])
+        return source, ids

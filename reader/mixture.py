@@ -25,9 +25,8 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.dataset import ShardDataset, Transform, resolve_topology, sample_rng
-from robowds.reader.mixing import DEFAULT_BLOCK, MixOrder, normalise_weights
-from robowds.reader.plan import (POLICIES, EpochOrder, Topology, rank_share, remaining_ranges, worker_chunks,
-                                 worker_count)
+from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
+from robowds.reader.plan import POLICIES, Topology, worker_chunks, worker_count
 from robowds.reader.source import ShardSource
 
 MIX_STATE_VERSION = 1
@@ -109,7 +108,8 @@ class Mixture(IterableDataset):
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor (as ShardDataset's)
         self._yielded = 0
         self._worker: tuple[int, int] = (0, 1)
-        self._sequence: Any = None  # ShardLoader resets it; nothing cached here depends on it
+        self._sequence: Any = None  # ShardLoader resets it (ShardDataset's plan cache); unused here
+        self._plan: tuple[tuple, MixPlan] | None = None  # the cached plan, by (epoch, history, rank, world)
 
     # -- what each source is --------------------------------------------------------------------
     def stats(self, name: str) -> dict[str, Any]:
@@ -125,19 +125,19 @@ class Mixture(IterableDataset):
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
     # -- the plan --------------------------------------------------------------------------------
-    def _ranges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """The epoch positions left after the elastic history: ([K] lo, [K] hi, [K] index of each
-        range's start, how many remain)."""
-        lo, hi = remaining_ranges(self.length_per_epoch, self.history, self.policy)
-        lengths = hi - lo
-        return lo, hi, np.cumsum(lengths) - lengths, int(lengths.sum())
-
-    def _rank_length(self) -> int:
-        return rank_share(self._ranges()[3], self.world_size, self.policy)
+    def plan(self, epoch: int | None = None) -> MixPlan:
+        """This rank's plan for `epoch` (default the current one; cached): [S] and [K] arrays."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        key = (epoch, self.history, self.rank, self.world_size)
+        if self._plan is None or self._plan[0] != key:
+            sources = [SourcePlan(tuple(ds.counts), ds.seed, ds.shuffle, ds.block) for ds in self.datasets]
+            self._plan = (key, MixPlan(self.weights, self.length_per_epoch, sources, self.seed, epoch, self.block,
+                                       self.policy, self.history, self.world_size, self.rank))
+        return self._plan[1]
 
     def epoch_length(self) -> int:
         """Positions this rank reads in the current epoch (identical on every rank)."""
-        n = self._rank_length()
+        n = self.plan().length
         return n // self.batch_size * self.batch_size if self.drop_last else n
 
     def __len__(self) -> int:
@@ -146,22 +146,8 @@ class Mixture(IterableDataset):
 
     def choices(self, positions: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(source [P], sample id within that source's split [P]) at this rank's `positions` [P] of the
-        epoch (default the current one). Pure arithmetic; `EpochOrder`s built per source epoch met."""
-        epoch = self.epoch if epoch is None else int(epoch)
-        lo, _, before, remaining = self._ranges()
-        index = self.rank * self._rank_length() + np.asarray(positions, dtype=np.int64)  # [P]
-        if remaining:
-            index %= remaining  # `pad`: past the end repeats the start
-        k = np.searchsorted(before, index, side="right") - 1
-        mix = MixOrder(self.weights, self.length_per_epoch, self.seed, epoch, self.block)
-        source, draw = mix(lo[k] + (index - before[k]))  # [P], [P]
-        own_epoch, own_position = mix.source_index(source, draw, epoch, self.sizes)  # [P], [P]
-        ids = np.empty_like(source)
-        for s, e in set(zip(source.tolist(), own_epoch.tolist())):
-            at = (source == s) & (own_epoch == e)
-            ds = self.datasets[s]
-            ids[at] = EpochOrder(ds.counts, ds.seed, e, ds.shuffle, ds.block)(own_position[at])
-        return source, ids
+        epoch (default the current one). Pure arithmetic (`MixPlan.ids`)."""
+        return self.plan(epoch).ids(positions)
 
     def sequence(self) -> list[tuple[str, int]]:
         """This rank's (source name, sample id) for the current epoch, materialised (tests, tools)."""
@@ -241,7 +227,8 @@ class Mixture(IterableDataset):
         items = -(-(share - done) // unit)
         last = items - 1 if workers == 1 else -1
         positions = worker_chunks(length, self.start, self.batch_size, workers, worker, skip=done, chunk=CHUNK)
-        samples = self._samples((self.choices(p, epoch) for p in positions), epoch, f"{self.rank}/{worker}")
+        plan = self.plan()  # bound now: the cursor may move to the next epoch before the last chunk is read
+        samples = self._samples((plan.ids(p) for p in positions), epoch, f"{self.rank}/{worker}")
         if self.collate_fn is None:
             for i, sample in enumerate(samples):
                 self._yielded += 1
