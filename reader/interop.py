@@ -17,6 +17,8 @@ from __future__ import annotations
 import io
 from typing import Any, Mapping
 
+import numpy as np
+
 from robowds.reader.decode import decode_member
 
 CAMERA_EXT = "jpgs.msgpack"
@@ -36,6 +38,13 @@ def _raw(value: Any) -> bytes | memoryview | None:
     return None
 
 
+def _decode(ext: str, data: bytes | memoryview) -> Any:
+    """`decode_member`, with arrays writable: our reader hands out zero-copy read-only views, but other
+    tools' pipelines may write in place, and `torch.as_tensor` (Energon's loader) warns on every one."""
+    value = decode_member(ext, data)
+    return value.copy() if isinstance(value, np.ndarray) and not value.flags.writeable else value
+
+
 def wds_decoder(key: str, data: bytes) -> Any:
     """A webdataset `.decode()` handler: camera windows, `.mp4` window clips and `.npy` arrays; None for
     anything else, so the next handler (e.g. `"rgb8"` for `.png`/`.jpg`, webdataset's basic handlers
@@ -45,7 +54,7 @@ def wds_decoder(key: str, data: bytes) -> Any:
     """
     ext = _ext(key)
     if ext == CAMERA_EXT or ext.rsplit(".", 1)[-1] in ("npy", "mp4"):
-        return decode_member(ext, data)
+        return _decode(ext, data)
     return None
 
 
@@ -62,7 +71,7 @@ def decode_members(sample: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in sample.items():
         raw = None if name.startswith("__") else _raw(value)
-        out[name] = value if raw is None else decode_member(_ext(name), raw)
+        out[name] = value if raw is None else _decode(_ext(name), raw)
     return out
 
 

@@ -54,6 +54,8 @@ def assert_same(field: str, theirs: Any, mine: Any) -> None:
     if isinstance(mine, np.ndarray):
         assert isinstance(theirs, np.ndarray) and theirs.dtype == mine.dtype and theirs.shape == mine.shape, field
         np.testing.assert_array_equal(theirs, mine, err_msg=field)
+        if field.endswith((".npy", ".jpgs.msgpack")):  # ours, not webdataset's "rgb8" handler
+            assert theirs.flags.writeable, field  # torch.as_tensor warns on read-only arrays
     else:
         assert theirs == mine, field
 
