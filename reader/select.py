@@ -57,6 +57,7 @@ class _Slot:
     the same, sorted, order; only the sizes of variable members differ)."""
 
     suffix: bytes  # b"joints.npy"
+    tag: bytes  # b".joints.npy\0": the name's bytes after the key
     field: str
     ext: str
     keep: bool  # decoded (selected), else only its name and size are read, to hop over it
@@ -96,7 +97,8 @@ class FieldDecoder:
         slots = []
         for suffix in members:
             field, _, ext = suffix.partition(".")
-            slots.append(_Slot(suffix.encode("utf-8"), field, ext, field in self.keep))
+            slots.append(_Slot(suffix.encode("utf-8"), b"." + suffix.encode("utf-8") + b"\0", field, ext,
+                               field in self.keep))
         self._sequence = tuple(slots)
         return decode_sample(key, members, self.keep)
 
@@ -111,16 +113,16 @@ class FieldDecoder:
             text_key = key.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        key_sum = sum(key)
+        key_sum, k = sum(key), len(key)
+        room = MAX_NAME_BYTES - k  # name bytes after the key; a name of exactly 100 bytes has no NUL
         view = memoryview(buf)
         sample: dict[str, Any] = {"__key__": text_key}
         pos = start
         for slot in sequence:
-            header = buf[pos:pos + BLOCK]
-            name = key + b"." + slot.suffix
-            if len(name) > MAX_NAME_BYTES or header[:MAX_NAME_BYTES] != name.ljust(MAX_NAME_BYTES, b"\0"):
+            tag = slot.tag if len(slot.tag) <= room else slot.tag[:-1]  # "." + suffix (+ NUL if it fits)
+            if len(tag) > room or buf[pos:pos + k] != key or buf[pos + k:pos + k + len(tag)] != tag:
                 return None
-            size_field = header[_SIZE_AT:_SIZE_AT + 12]
+            size_field = buf[pos + _SIZE_AT:pos + _SIZE_AT + 12]
             try:
                 size = int(size_field[:11], 8)
             except ValueError:
@@ -131,25 +133,26 @@ class FieldDecoder:
             if data + size > stop:
                 return None
             if slot.keep:
-                if header != self._expected(name, len(key), key_sum, slot.suffix, size):
+                if buf[pos:data] != self._expected(key, key_sum, slot.suffix, size):
                     return None
                 chunk = buf[data:data + size] if slot.ext in ("txt", "json") else view[data:data + size]
                 sample[slot.field] = decode_member(slot.ext, chunk)
             pos = data + size + (-size) % BLOCK
         return sample if pos == stop else None
 
-    def _expected(self, name: bytes, key_len: int, key_sum: int, suffix: bytes, size: int) -> bytes:
-        """The header our writer produces for `name` (= key + "." + suffix) of `size` bytes, from cached
-        parts: everything after the key up to the checksum, the checksum less the key's byte sum, the rest."""
+    def _expected(self, key: bytes, key_sum: int, suffix: bytes, size: int) -> bytes:
+        """The header our writer produces for `<key>.<suffix>` of `size` bytes, from cached parts:
+        everything after the key up to the checksum, the checksum less the key's byte sum, the rest."""
+        key_len = len(key)
         parts = self._headers.get((suffix, size, key_len))
         if parts is None:
-            full = tar_header(name.decode("utf-8"), size)
+            full = tar_header((key + b"." + suffix).decode("utf-8"), size)
             parts = (full[key_len:_CHECKSUM_AT], int(full[_CHECKSUM_AT:_CHECKSUM_AT + 6], 8) - key_sum,
                      full[_CHECKSUM_AT + 8:])
             if len(self._headers) < 4096:
                 self._headers[(suffix, size, key_len)] = parts
         head, checksum, tail = parts
-        return name[:key_len] + head + b"%06o\0 " % (checksum + key_sum) + tail
+        return key + head + b"%06o\0 " % (checksum + key_sum) + tail
 
 
 _SIZE_AT, _CHECKSUM_AT = 124, 148  # ustar header fields
