@@ -126,6 +126,8 @@ def test_tar_indexes_equal_energon_prepare(out: Path, tmp_path: Path) -> None:
                                                   split_parts_ratio=[("train", 1.0)])
     assert all((copy / (rel + ".idx")).read_bytes() == (out / (rel + ".idx")).read_bytes() for rel in shards)
     assert (copy / ".nv-meta" / "index.sqlite").is_file()
+    files = energon_files(manifest_of(out))  # prepare leaves ours alone: the next export still owns them
+    assert {rel: (copy / rel).read_bytes() for rel in files} == files
 
 
 def test_overwrite_replaces_nv_meta_and_keeps_the_users(out: Path, tmp_path: Path,
