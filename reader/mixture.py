@@ -223,6 +223,12 @@ class Mixture(IterableDataset):
             self.next_epoch(epoch)
             epoch, length = self.epoch, self.epoch_length()
             share = worker_count(length, self.start, self.batch_size, workers, worker)
+        if workers > 1 and self._yielded and self._yielded * unit >= share \
+                and (-(-(length - self.start) // self.batch_size) - 1) % workers == worker:
+            raise ValueError(  # as ShardDataset: no worker can tell that the others finished too
+                f"this state of a {workers}-worker StatefulDataLoader was saved after the last batch of epoch "
+                f"{self.epoch}: the pass would be empty. Resume it with ShardLoader, or save before the last "
+                f"batch, or start a new loader without the state after mixture.set_epoch({self.epoch + 1})")
         done = min(self._yielded * unit, share)
         items = -(-(share - done) // unit)
         last = items - 1 if workers == 1 else -1

@@ -200,3 +200,35 @@ def test_cursor_under_1kb_with_50_sources_and_checked(sources: tuple[Path, Path]
     other = Mixture(datasets, [1] * 50, seed=1, names=names, fill_missing=True, rank=0, world_size=1)
     with pytest.raises(ValueError, match="config"):
         other.load_cursor(state)
+
+
+def test_stateful_dataloader_resume(sources: tuple[Path, Path]) -> None:
+    """torchdata's StatefulDataLoader with 2 workers: each worker's state resumes its share exactly;
+    a state from another batch size is refused."""
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    from robowds.reader import collate
+
+    def loader(batch: int = BATCH) -> Any:
+        mix = make_mixture(sources, batch_size=batch, collate_fn=collate)
+        return sdl.StatefulDataLoader(mix, batch_size=None, num_workers=2, snapshot_every_n_steps=1)
+
+    reference = [k for b in loader() for k in b["__key__"]]
+    first = loader()
+    it = iter(first)
+    head = [k for _ in range(5) for k in next(it)["__key__"]]
+    state = json.loads(json.dumps(first.state_dict()))
+    second = loader()
+    second.load_state_dict(state)
+    assert head + [k for b in second for k in b["__key__"]] == reference
+    other = loader(3)
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with batch_size=4"):
+        next(iter(other))
+    done = loader()  # exactly len() batches, the iterator not exhausted (as Lightning takes them)
+    taken = iter(done)
+    for _ in range(len(done)):
+        next(taken)
+    after = loader()
+    after.load_state_dict(done.state_dict())
+    with pytest.raises(ValueError, match="saved after the last batch of epoch 0"):
+        next(iter(after))
