@@ -188,7 +188,8 @@ def _data_file(path: Path, columns: tuple[str, ...], v3: bool) -> tuple[pa.Table
     """A data file, and for v3 its rows grouped by episode ([R] row order, [R] its episode indices).
     v3 files hold many episodes and a worker's consecutive tasks are usually in the same file: the last
     file read is kept (one per worker process), so each file is read once per worker, not per episode."""
-    table = pq.read_table(path, columns=[*columns, *(["episode_index"] if v3 else [])])
+    # ParquetFile.read, not read_table: 3.7x faster on LeRobot's small files (no dataset discovery)
+    table = pq.ParquetFile(path).read(columns=[*columns, *(["episode_index"] if v3 else [])])
     if not v3:
         return table, np.zeros(0, np.int64), np.zeros(0, np.int64)
     episodes = table.column("episode_index").to_numpy()  # [R]
@@ -293,12 +294,14 @@ def _image_video(column: pa.ChunkedArray, t: np.ndarray, fps: float, path: Path,
             "clock_offset_s": offset}
 
 
-def _values(column: pa.ChunkedArray, length: int) -> np.ndarray:
-    """A feature column as [T, N] in its stored dtype (scalars and fixed-size lists alike)."""
+def _values(column: pa.ChunkedArray, length: int) -> np.ndarray | pa.Array:
+    """A feature column as T rows of N values in its stored dtype: list columns stay Arrow (the store
+    writer takes their rows as they are), scalar columns become [T, 1]."""
     array = column.combine_chunks()
     if pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type) or pa.types.is_large_list(array.type):
-        flat = array.flatten().to_numpy(zero_copy_only=False)
-        return flat.reshape(length, -1)
+        if array.null_count or array.flatten().null_count:
+            return array.flatten().to_numpy(zero_copy_only=False).reshape(length, -1)  # nulls -> NaN rows
+        return array
     return array.to_numpy(zero_copy_only=False).reshape(length, 1)
 
 
