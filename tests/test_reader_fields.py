@@ -132,3 +132,32 @@ def test_names_are_checked_with_one_message() -> None:
         select_fields(schema, exclude=["meta"])
     with pytest.raises(ValueError, match="a list of field names"):
         select_fields(schema, "joints")
+
+
+def test_unselected_bytes_are_not_read_and_a_bad_selected_header_is_one_error(camera: Path, tmp_path: Path,
+                                                                             full: list[dict[str, Any]]) -> None:
+    """Garbage in a camera member's data changes nothing for a state/action read (its bytes are never
+    read); a damaged header of a selected member is one ShardReadError naming shard and byte."""
+    import shutil
+
+    from robowds.reader.format import iter_members
+
+    out = tmp_path / "out"
+    shutil.copytree(camera, out)
+    shard = out / "train" / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    members = {m.name: m for m in iter_members(bytes(data))}
+    key = full[2]["__key__"]
+    cam = members[f"{key}.cam.jpgs.msgpack"]
+    start = cam.offset + 512
+    data[start:start + len(cam.data)] = b"\xff" * len(cam.data)  # not msgpack, not JPEG
+    shard.write_bytes(bytes(data))
+    got = list(ShardDataset(out, "train", shuffle=False, fields=["joints", "actions"]))
+    assert [canonical(s) for s in got] == [canonical(_only(s, STATE_ACTION)) for s in full]
+    joints = members[f"{key}.joints.npy"]
+    data[joints.offset + 20] ^= 1  # a name byte: the header's checksum no longer matches
+    shard.write_bytes(bytes(data))
+    from robowds.reader.source import ShardReadError
+
+    with pytest.raises(ShardReadError, match=rf"shard train/shard-000000.tar: bad tar header at byte {joints.offset}"):
+        list(ShardDataset(out, "train", shuffle=False, fields=["joints", "actions"]))
