@@ -77,7 +77,7 @@ def reference(store: Path, old: Path) -> dict[str, str]:
     old_tree = tree_bytes(old)
     # the premise of these tests: shared names with other bytes, and old shards the new export lacks
     assert {"train/shard-000000.tar", "manifest.json", "train.wids.json"} <= ref.keys() & old_tree.keys()
-    assert all(ref[k] != old_tree[k] for k in ref.keys() & old_tree.keys())
+    assert all(ref[k] != old_tree[k] for k in ref.keys() & old_tree.keys() - {".nv-meta/dataset.yaml"})  # it names no shard
     assert {"val.wids.json", "val/shard-000000.tar", "train/shard-000004.tar"} <= old_tree.keys() - ref.keys()
     return ref
 
@@ -258,11 +258,13 @@ def assert_consistent_after_kill(out: Path, old_tree: dict[str, str], reference:
     ours = {k: v for k, v in seen.items() if k not in user}
     for name, digest in ours.items():
         assert digest in (old_tree.get(name), reference.get(name)), f"{name}: neither old nor new bytes"
-    if "manifest.json" in ours:
-        assert ours in (old_tree, reference), "a visible manifest lists an incomplete export"
+    if "manifest.json" in ours:  # a user's file where robowds writes one (.nv-meta/dataset.yaml) is the user's
+        assert ours in ({k: v for k, v in old_tree.items() if k not in user},
+                        {k: v for k, v in reference.items() if k not in user}), "a visible manifest lists an incomplete export"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a dozen exports killed and re-run: ~1 min on a quiet 2-core machine, 5+ under load
 def test_sigkill_during_overwrite_at_random_moments(tmp_path: Path) -> None:
     """Kill an --overwrite export twice at random moments of its work, then finish it: every time,
     NOTES.md and the other user files are intact and a visible manifest lists a complete export."""
@@ -338,6 +340,7 @@ sys.exit(main(["export", *sys.argv[3:]]))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # an export killed before each change to OUT, then re-run: minutes under load
 def test_sigkill_before_each_change_to_out_then_rerun(store: Path, old: Path, reference: dict[str, str],
                                                       tmp_path: Path) -> None:
     """Kill the overwrite right before its 1st, 2nd, ... rename or deletion in OUT (publish is all of
