@@ -17,7 +17,7 @@ and `meta` are always kept. What is skipped:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Union
+from typing import Any, Iterable
 
 from robowds.reader.decode import decode_member, decode_sample
 from robowds.reader.format import (BLOCK, MAX_NAME_BYTES, META_FIELD, ShardFormatError, mask_field, read_sample,
@@ -42,7 +42,8 @@ def select_fields(schema: dict[str, dict[str, Any]], fields: Iterable[str] | Non
         raise ValueError(f"unknown field(s) {sorted(set(unknown))}: this export's fields are {sorted(schema)} "
                          f"(a field's mask '<field>{mask_field('')}' comes with its field)")
     if META_FIELD in dropped:
-        raise ValueError(f"{META_FIELD!r} cannot be excluded: it is always kept (it names the sample's episode and anchor)")
+        raise ValueError(f"{META_FIELD!r} cannot be excluded: it is always kept (it names the sample's episode "
+                         "and anchor)")
     names = {name for name in chosen if name not in set(dropped)}
     if META_FIELD in schema:
         names.add(META_FIELD)
@@ -80,7 +81,8 @@ class FieldDecoder:
     def __init__(self, members: MemberSet | None, keep: frozenset[str]) -> None:
         self.members, self.keep = members, keep
         self._sequence: tuple[_Slot, ...] | None = None
-        self._headers: dict[tuple[bytes, int, int], tuple[bytes, int, bytes]] = {}  # (suffix, size, key length) -> parts
+        # (suffix, size, key length) -> header parts (`_expected`); at most 4096 entries
+        self._headers: dict[tuple[bytes, int, int], tuple[bytes, int, bytes]] = {}
         self.matched = 0  # samples decoded by hopping (the rest went through the checked walk)
 
     def decode(self, buf: Buffer, start: int, stop: int, where: str, base: int) -> dict[str, Any]:
@@ -158,6 +160,6 @@ class FieldDecoder:
 _SIZE_AT, _CHECKSUM_AT = 124, 148  # ustar header fields
 
 
-def make_decoder(members: MemberSet | None, keep: frozenset[str] | None) -> Union[SampleDecoder, FieldDecoder]:
+def make_decoder(members: MemberSet | None, keep: frozenset[str] | None) -> SampleDecoder | FieldDecoder:
     """The decoder for one reading loop: every field (`keep` None) or only `keep`'s."""
     return SampleDecoder(members) if keep is None else FieldDecoder(members, keep)

@@ -106,7 +106,8 @@ def main() -> None:
         t0 = time.perf_counter()
         export(root / "store", root / "cam")
         export(root / "store", root / "nocam", "exclude=[cam]")
-        print(f"exports: {time.perf_counter() - t0:.1f} s; bytes/sample: camera {per_sample(root / 'cam') / 1e3:.1f} KB, "
+        print(f"exports: {time.perf_counter() - t0:.1f} s; bytes/sample: "
+              f"camera {per_sample(root / 'cam') / 1e3:.1f} KB, "
               f"no camera {per_sample(root / 'nocam') / 1e3:.1f} KB")
         rows = {
             "camera, whole": rate(root / "cam", args.min_s, args.repeats),
