@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ShardDataset", "ShardIndex", "ShardLoader", "Mixture", "collate", "Collate", "RetryPolicy"]
+__all__ = ["ShardDataset", "ShardIndex", "ShardLoader", "Mixture", "collate", "Collate", "RetryPolicy",
+           "wds_decoder", "wids_transform", "decode_members"]
 
 # public name -> the submodule that defines it. Imported on first access (PEP 562), because `export`
 # imports `robowds.reader.format` / `robowds.reader.manifest` and must not pull in torch. No submodule may be named
@@ -14,7 +15,9 @@ __all__ = ["ShardDataset", "ShardIndex", "ShardLoader", "Mixture", "collate", "C
 _LAZY = {"ShardDataset": "robowds.reader.dataset", "ShardIndex": "robowds.reader.index",
          "ShardLoader": "robowds.reader.loader",
          "Mixture": "robowds.reader.mixture", "collate": "robowds.reader.collation",
-         "Collate": "robowds.reader.collation", "RetryPolicy": "robowds.reader.remote"}
+         "Collate": "robowds.reader.collation", "RetryPolicy": "robowds.reader.remote",
+         "wds_decoder": "robowds.reader.interop", "wids_transform": "robowds.reader.interop",
+         "decode_members": "robowds.reader.interop"}
 
 
 def __getattr__(name: str) -> Any:
