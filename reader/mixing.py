@@ -9,10 +9,11 @@ Every full block holds exactly `counts[s]` slots of source s (`block_counts`: th
 `block`, rounded by largest remainder, ties to the lower source index), so proportions are exact per
 block, not only on average; a short last block gets its own counts the same way. Position j of block b
 takes slot p = permute(j) (a keyed bijection of the block, `reader/feistel.py`, key from (seed, epoch,
-b)); slot p belongs to source s with cum[s] <= p < cum[s + 1], and is that source's draw
-b * counts[s] + (p - cum[s]) of the epoch. So source s's draws in block b are exactly its draws
-[b * counts[s], (b + 1) * counts[s]), each once, in the block's keyed order: O(1) per position, no
-counting of earlier positions, and the cursor needs only the position.
+b)); slot p belongs to source s with cum[s] <= p < cum[s + 1]. The draw is counted in position order:
+the position is source s's draw b * counts[s] + (how many earlier positions of block b chose s). So
+source s's k-th position in the epoch is exactly its k-th draw, each block costs O(block) to evaluate
+(one or two blocks for a resume, a few per chunk a worker reads), nothing is counted across blocks,
+and the cursor needs only the position.
 
 The draw -> sample (`MixOrder.source_index`): draws continue across mixture epochs (mixture epoch e
 starts at draw e * draws_per_epoch[s]), and draw k of source s is position k mod N_s of the source's
@@ -20,7 +21,8 @@ own epoch k // N_s order (its `EpochOrder`, under its own seed, shuffle and bloc
 out within a mixture epoch starts its next epoch (a full new permutation), never repeats a sample
 within one of its own epochs, and a small source is never restarted by a mixture epoch boundary.
 
-Memory: [S] arrays per source count; temporaries ~10 x [P] uint64 for P positions (Feistel round keys).
+Memory: [S] arrays per source count; temporaries ~12 x [U * block] int64/uint64 for the U blocks the
+positions touch (Feistel round keys, the argsort): ~6 MB for a chunk of 8192 positions over 64 blocks.
 """
 
 from __future__ import annotations
@@ -77,7 +79,9 @@ class MixOrder:
         self._key = int(derive_keys(seed ^ _MIX_SALT, np.array([epoch], dtype=np.int64))[0])
 
     def __call__(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(source [P] int64, draw within this epoch [P] int64) at `positions` [P] (each in [0, length))."""
+        """(source [P] int64, draw within this epoch [P] int64) at `positions` [P] (each in [0, length)).
+        Evaluates every slot of each block the positions touch ([U, block]): a chunk of a worker's
+        positions touches few blocks, a resume one or two."""
         positions = np.asarray(positions, dtype=np.int64)
         source = np.empty_like(positions)
         draw = np.empty_like(positions)
@@ -85,21 +89,32 @@ class MixOrder:
             return source, draw
         blocks = positions // self.block  # [P]
         within = positions - blocks * self.block  # [P]
-        lo, hi = int(blocks.min()), int(blocks.max())
-        if hi - lo < len(blocks):  # few blocks: round keys once per block, then gathered
-            round_keys = schedule(derive_keys(self._key, np.arange(lo, hi + 1)))[:, blocks - lo]  # [rounds, P]
-        else:
-            round_keys = schedule(derive_keys(self._key, blocks))  # [rounds, P]
         tail = blocks == self.full  # [P] in the short last block
         for mask, size, counts, cum in ((~tail, self.block, self.counts, self._cum),
                                         (tail, self.tail, self.tail_counts, self._tail_cum)):
             if not mask.any():
                 continue
-            slot = permute(within[mask], size, round_keys[:, mask])  # [M] in [0, size)
-            s = np.searchsorted(cum, slot, side="right") - 1  # [M] its source
+            touched, row = np.unique(blocks[mask], return_inverse=True)  # [U], [M]
+            src, rank = self._blocks(touched, size, cum)  # [U, size], [U, size]
+            s = src[row, within[mask]]  # [M]
             source[mask] = s
-            draw[mask] = blocks[mask] * self.counts[s] + (slot - cum[s])
+            draw[mask] = blocks[mask] * self.counts[s] + rank[row, within[mask]]
         return source, draw
+
+    def _blocks(self, blocks: np.ndarray, size: int, cum: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For whole blocks [U] of `size` positions: the source of each position, and how many earlier
+        positions of its block chose the same source (its draw within the block, so each source's draws
+        follow position order): ([U, size], [U, size]) int64."""
+        u = len(blocks)
+        within = np.tile(np.arange(size, dtype=np.int64), u)  # [U * size]
+        round_keys = schedule(derive_keys(self._key, blocks))[:, np.repeat(np.arange(u), size)]  # [rounds, U*size]
+        slot = permute(within, size, round_keys).reshape(u, size)  # [U, size]
+        src = np.searchsorted(cum, slot, side="right") - 1  # [U, size]
+        order = np.argsort(src, axis=1, kind="stable")  # [U, size] positions grouped by source, in order
+        ranked = np.arange(size, dtype=np.int64)[None, :] - cum[np.take_along_axis(src, order, axis=1)]
+        rank = np.empty_like(src)
+        np.put_along_axis(rank, order, ranked, axis=1)
+        return src, rank
 
     def draws_before(self, position: int) -> np.ndarray:
         """How many draws of each source the positions [0, position) of this epoch made: [S] int64.
