@@ -97,8 +97,10 @@ class Mixture(IterableDataset):
         self.transforms = list(transforms) if transforms is not None else [None] * len(datasets)
         if len(self.transforms) != len(datasets):
             raise ValueError("transforms: give one per dataset (None for none), or a dict by name")
-        every = _fill_specs([ds.manifest["schema"] for ds in self.datasets])
-        own = [_fill_specs([ds.manifest["schema"]]) for ds in self.datasets]
+        schemas = [{n: spec for n, spec in ds.manifest["schema"].items()
+                    if getattr(ds, "keep", None) is None or n in ds.keep} for ds in self.datasets]  # fields= honoured
+        every = _fill_specs(schemas)
+        own = [_fill_specs([schema]) for schema in schemas]
         # per source: the fields (and masks) other sources declare and it does not, filled before its transform
         self.fill = [{k: v for k, v in every.items() if k not in mine} if fill_missing else {} for mine in own]
         self.length_per_epoch = int(samples_per_epoch) if samples_per_epoch is not None else sum(self.sizes)

@@ -132,6 +132,12 @@ def test_fill_missing_and_transform(sources: tuple[Path, Path]) -> None:
     with pytest.raises(KeyError):  # without fill_missing the batch fields differ per source
         [s["imu"] for s in make_mixture(sources, fill_missing=False)]
     assert mix.stats("b")["joints"]["count"] > 0 and "imu" not in mix.stats("b") and "imu" in mix.stats("a")
+    a, b = sources  # a source read with fields= gets the other fields filled (not images: no declared shape)
+    narrow = Mixture([ShardDataset(a, "train", seed=1, fields=["joints"]), ShardDataset(b, "train", seed=2, exclude=["overview"])],
+                     [0.5, 0.5], names=["a", "b"], fill_missing=True, rank=0, world_size=1)
+    got = list(narrow)
+    assert {frozenset(x) for x in got} == {frozenset(got[0])} and "actions" in got[0]
+    assert all(not x["actions_mask"].any() for x in got if x["__source__"] == "a")
 
 
 def test_loader_order_is_the_plan_for_any_worker_count(sources: tuple[Path, Path]) -> None:
