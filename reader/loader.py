@@ -3,7 +3,9 @@
 The dataset yields whole planned batches (collated inside the workers) and the DataLoader collects
 them round-robin from its workers, which is the plan's order; so after k batches this rank has
 consumed exactly min(start + k * batch_size, epoch length) positions. No DataLoader internals are
-touched or subclassed.
+touched or subclassed. A `Mixture` (reader/mixture.py) has the same cursor protocol and is driven the
+same way. The cursor counts samples, so it loads with another batch size (or worker count) and
+continues at the next unconsumed sample.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from robowds.reader.collation import collate as default_collate
 from robowds.reader.dataset import ShardDataset
+from robowds.reader.mixture import Mixture
 
 
 def _already_collated(batch: Any) -> Any:
@@ -22,7 +25,7 @@ def _already_collated(batch: Any) -> Any:
 
 
 class ShardLoader:
-    def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int = 0,
+    def __init__(self, dataset: ShardDataset | Mixture, batch_size: int, num_workers: int = 0,
                  collate_fn: Callable[[list[dict[str, Any]]], Any] = default_collate, drop_last: bool = False,
                  **dataloader_kwargs: Any) -> None:
         if dataloader_kwargs.get("persistent_workers"):
