@@ -25,6 +25,9 @@ run $PY scripts/bench_codecs.py
 run $PY scripts/bench_stats.py
 run $PY scripts/bench_remote.py
 run $PY scripts/bench_plan.py
+run $PY scripts/bench_mixture.py --repeats 3
+run $PY scripts/bench_fields.py --episodes 8
+run $PY scripts/bench_convert.py --repeats 3
 run $PY scripts/bench_video_export.py --repeats 3
 echo
 echo "# done $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
