@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -63,19 +63,19 @@ def field_name(key: str) -> str:
     return name
 
 
-def unique_names(keys: Sequence[str]) -> dict[str, str]:
-    """Source keys -> distinct field names; a clash (two keys, one name) gets `_2`, `_3`... in key order."""
-    out: dict[str, str] = {}
-    taken: set[str] = set()
+def unique_names(keys: Sequence[str], taken: Iterable[str] = ()) -> list[str]:
+    """Valid, distinct field names for `keys`, in order (see `field_name`): a clash with an earlier key
+    or with a name in `taken` (fields the converter or the user fixed) gets `_2`, `_3`..."""
+    used, out = set(taken), []
     for key in keys:
         base = name = field_name(key)
         k = 2
-        while name in taken:
+        while name in used:
             suffix = f"_{k}"
             name = base[: 32 - len(suffix)] + suffix
             k += 1
-        out[key] = name
-        taken.add(name)
+        used.add(name)
+        out.append(name)
     return out
 
 

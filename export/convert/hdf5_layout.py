@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from robowds.export.convert.episode_store import field_name
+from robowds.export.convert.episode_store import unique_names
 
 LAYOUTS = ("robomimic", "aloha", "mapping")
 ALOHA_DT_S = 0.02  # ALOHA/ACT's documented control period (constants.py: DT = 0.02): 50 Hz
@@ -181,20 +181,9 @@ def split_of_demos(masks: Mapping[str, Sequence[str]], chosen: Sequence[str] | N
 
 
 def unique_fields(keys: Sequence[str], taken: Sequence[str] = ()) -> dict[str, str]:
-    """Field key -> distinct store field name (see `field_name`); a clash gets `_2`, `_3`... in key order,
-    and names in `taken` (fields the converter adds itself, e.g. `split`) are never given out."""
-    out: dict[str, str] = {}
-    used = set(taken)
-    for key in keys:
-        base = name = field_name(key)
-        k = 2
-        while name in used:
-            suffix = f"_{k}"
-            name = base[: 32 - len(suffix)] + suffix
-            k += 1
-        out[key] = name
-        used.add(name)
-    return out
+    """Field key -> distinct store field name; names in `taken` (fields the converter adds itself, e.g.
+    `split`) are never given out (`episode_store.unique_names`)."""
+    return dict(zip(keys, unique_names(keys, taken)))
 
 
 def episode_id(text: str) -> str:

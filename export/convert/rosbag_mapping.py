@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from robowds.export.convert.episode_store import field_name
+from robowds.export.convert.episode_store import field_name, unique_names
 from robowds.export.errors import UserError
 
 BASE, NAME, ARRAY, SEQUENCE = 1, 2, 3, 4  # rosbags' Nodetype values
@@ -136,19 +136,9 @@ def topic_prefixes(topics: Sequence[str]) -> dict[str, str]:
 
 
 def unique_field_names(wanted: Sequence[str], fixed: set[str]) -> list[str]:
-    """Valid, distinct store field names for `wanted` (in order): cut to 32 characters, reserved names
-    and clashes (with each other and with the user's `fixed` names) get `_2`, `_3`..."""
-    taken, out = set(fixed) | RESERVED, []
-    for key in wanted:
-        base = name = field_name(key)
-        k = 2
-        while name in taken:
-            suffix = f"_{k}"
-            name = base[: 32 - len(suffix)] + suffix
-            k += 1
-        taken.add(name)
-        out.append(name)
-    return out
+    """Valid, distinct store field names for `wanted` (in order): reserved names and clashes (with each
+    other and with the user's `fixed` names) get `_2`, `_3`... (`episode_store.unique_names`)."""
+    return unique_names(wanted, set(fixed) | RESERVED)
 
 
 def _parse_path(path: str) -> list[tuple[str, int | None]]:
