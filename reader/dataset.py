@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from robowds.reader.emit import planned_items
 from robowds.reader.fetch import MAX_REQUEST_BYTES
 from robowds.reader.format import ShardFormatError
 from robowds.reader.layout import SampleDecoder
@@ -238,27 +239,8 @@ class ShardDataset(IterableDataset):
                              jitter_key=f"{self.rank}/{worker}")
         chunks = self.plan().worker_ids(length, self.start, self.batch_size, workers, worker, skip=done)
         samples = self._samples(source, (i for chunk in chunks for i in chunk.tolist()))
-        if self.collate_fn is None:
-            for i, sample in enumerate(samples):
-                self._yielded += 1
-                if i == last:
-                    self.next_epoch(epoch)
-                if sample is not None:
-                    yield sample
-        else:
-            i = 0
-            while chunk := list(itertools.islice(samples, self.batch_size)):
-                kept = [s for s in chunk if s is not None]
-                self._yielded += 1
-                # one item per planned batch, always: every rank keeps the same number of steps (DDP)
-                # and the loader's cursor stays exact; a batch whose samples were all skipped has no keys
-                batch = self.collate_fn(kept) if kept else {"__key__": []}
-                if isinstance(batch, dict):
-                    batch["__skipped__"] = len(chunk) - len(kept)
-                if i == last:
-                    self.next_epoch(epoch)
-                i += 1
-                yield batch
+        yield from planned_items(samples, self.collate_fn, self.batch_size, last, self._count_item,
+                                 lambda: self.next_epoch(epoch))
         if workers > 1 and self.epoch == epoch:
             # a worker's share ran to its end: this copy starts the same epoch again (persistent workers)
             self.start, self._yielded = 0, 0
@@ -277,6 +259,9 @@ class ShardDataset(IterableDataset):
         worker, workers = self._worker
         batches = -(-(self.epoch_length() - self.start) // self.batch_size)
         return batches > 0 and (batches - 1) % workers == worker
+
+    def _count_item(self) -> None:
+        self._yielded += 1
 
     def _samples(self, source: ShardSource, ids: Iterator[int]) -> Iterator[dict[str, Any] | None]:
         """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding: remote ones

@@ -16,7 +16,6 @@ and the positions of the chunk being read (`CHUNK` positions, a few MB); nothing
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from collections import deque
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.dataset import ShardDataset, Transform, resolve_topology, sample_rng
+from robowds.reader.emit import planned_items
 from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
 from robowds.reader.plan import POLICIES, Topology, worker_chunks, worker_count
 from robowds.reader.source import ShardSource
@@ -237,27 +237,13 @@ class Mixture(IterableDataset):
         positions = worker_chunks(length, self.start, self.batch_size, workers, worker, skip=done, chunk=CHUNK)
         plan = self.plan()  # bound now: the cursor may move to the next epoch before the last chunk is read
         samples = self._samples((plan.ids(p) for p in positions), epoch, f"{self.rank}/{worker}")
-        if self.collate_fn is None:
-            for i, sample in enumerate(samples):
-                self._yielded += 1
-                if i == last:
-                    self.next_epoch(epoch)
-                if sample is not None:
-                    yield sample
-        else:
-            i = 0
-            while chunk := list(itertools.islice(samples, self.batch_size)):
-                kept = [s for s in chunk if s is not None]
-                self._yielded += 1
-                batch = self.collate_fn(kept) if kept else {"__key__": []}
-                if isinstance(batch, dict):
-                    batch["__skipped__"] = len(chunk) - len(kept)
-                if i == last:
-                    self.next_epoch(epoch)
-                i += 1
-                yield batch
+        yield from planned_items(samples, self.collate_fn, self.batch_size, last, self._count_item,
+                                 lambda: self.next_epoch(epoch))
         if workers > 1 and self.epoch == epoch:
             self.start, self._yielded = 0, 0
+
+    def _count_item(self) -> None:
+        self._yielded += 1
 
     def _samples(self, chunks: Iterator[tuple[np.ndarray, np.ndarray]], epoch: int,
                  jitter: str) -> Iterator[dict[str, Any] | None]:
