@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 __all__ = ["ShardDataset", "ShardIndex", "ShardLoader", "Mixture", "collate", "Collate", "RetryPolicy",
-           "wds_decoder", "wids_transform", "decode_members"]
+           "wds_decoder", "wids_transform", "decode_members", "hf_transform"]
 
 # public name -> the submodule that defines it. Imported on first access (PEP 562), because `export`
 # imports `robowds.reader.format` / `robowds.reader.manifest` and must not pull in torch. No submodule may be named
@@ -17,7 +17,7 @@ _LAZY = {"ShardDataset": "robowds.reader.dataset", "ShardIndex": "robowds.reader
          "Mixture": "robowds.reader.mixture", "collate": "robowds.reader.collation",
          "Collate": "robowds.reader.collation", "RetryPolicy": "robowds.reader.remote",
          "wds_decoder": "robowds.reader.interop", "wids_transform": "robowds.reader.interop",
-         "decode_members": "robowds.reader.interop"}
+         "decode_members": "robowds.reader.interop", "hf_transform": "robowds.reader.interop"}
 
 
 def __getattr__(name: str) -> Any:

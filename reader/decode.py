@@ -24,8 +24,13 @@ def decode_image(data: memoryview | bytes) -> np.ndarray:
     from PIL import Image
 
     with Image.open(io.BytesIO(bytes(data))) as img:
-        img = img.convert("RGB") if img.mode not in ("L", "RGB") else img
-        array = np.asarray(img, dtype=np.uint8)
+        return image_array(img)
+
+
+def image_array(img: Any) -> np.ndarray:
+    """A PIL image as uint8 [H, W, C]: C = 1 for grayscale, else 3 (other modes converted to RGB)."""
+    img = img.convert("RGB") if img.mode not in ("L", "RGB") else img
+    array = np.asarray(img, dtype=np.uint8)
     return array[:, :, None] if array.ndim == 2 else array  # [H, W, C]
 
 

@@ -1,4 +1,5 @@
-"""Decoders for reading our shards with other tools: webdataset, wids and Megatron-Energon.
+"""Decoders for reading our shards with other tools: webdataset, wids, Megatron-Energon and Hugging Face
+`datasets`.
 
 Why: those tools decode members by their last extension, and none knows `.jpgs.msgpack` (a camera
 window: a msgpack list of JPEG bytes, one per step), so they hand it back as opaque bytes. These
@@ -9,17 +10,19 @@ arrays, `.txt` to str, `.json` to objects, images to uint8 [H, W, C]. They never
 members with other extensions (`.pkl`, `.pth`, ...) stay bytes, where wids' and webdataset's default
 decoders would unpickle them. Each call decodes one sample; nothing is cached or shared.
 
-Hugging Face `datasets` is not covered: it was not installed where this was written and tested.
+Hugging Face `datasets` (its `webdataset` loader) decodes `.npy` members itself into Arrow lists (values
+exact, in the Arrow type numpy's dtype maps to) and hands cameras back as bytes: `hf_transform(features)`
+turns the lists back into arrays of the stored dtype and decodes the cameras.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from robowds.reader.decode import decode_member
+from robowds.reader.decode import IMAGE_EXTS, decode_member, image_array
 
 CAMERA_EXT = "jpgs.msgpack"
 
@@ -76,3 +79,40 @@ def decode_members(sample: Mapping[str, Any]) -> dict[str, Any]:
 
 
 wids_transform = decode_members  # the name the docs use for wids
+
+
+def _leaf_dtype(feature: Any) -> np.dtype | None:
+    """The numpy dtype at the bottom of a `datasets` feature (Value, or lists of Value), else None."""
+    while not hasattr(feature, "dtype") and hasattr(feature, "feature"):
+        feature = feature.feature  # List / Sequence / LargeList -> its element feature
+    dtype = getattr(feature, "dtype", None)
+    try:
+        return np.dtype(dtype) if isinstance(dtype, str) and dtype not in ("string", "large_string", "binary") else None
+    except TypeError:
+        return None
+
+
+def hf_transform(features: Mapping[str, Any]) -> Callable[[dict[str, list]], dict[str, list]]:
+    """A `datasets` transform for `ds.with_transform(hf_transform(ds.features))`: `.npy` columns back to
+    arrays of their stored dtype, camera windows and `.mp4` clips decoded; other columns as they are.
+
+        ds = datasets.load_dataset("webdataset", data_files={"train": shards}, split="train")
+        ds = ds.with_transform(hf_transform(ds.features))  # ds[0]["cam.jpgs.msgpack"]: uint8 [T, H, W, 3]
+    """
+    dtypes = {name: _leaf_dtype(feature) for name, feature in features.items()}
+
+    def transform(batch: dict[str, list]) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for name, values in batch.items():
+            ext = _ext(name)
+            if ext == CAMERA_EXT or ext.rsplit(".", 1)[-1] == "mp4":
+                out[name] = [None if v is None else _decode(ext, v) for v in values]
+            elif ext.rsplit(".", 1)[-1] in IMAGE_EXTS:  # datasets' Image feature hands out PIL images
+                out[name] = [v if v is None or isinstance(v, np.ndarray) else image_array(v) for v in values]
+            elif ext.rsplit(".", 1)[-1] == "npy" and dtypes.get(name) is not None:
+                out[name] = [None if v is None else np.asarray(v, dtype=dtypes[name]) for v in values]
+            else:
+                out[name] = values
+        return out
+
+    return transform

@@ -138,3 +138,28 @@ def test_decode_members_never_unpickles() -> None:
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError):
         decode_members({"o.npy": buf.getvalue()})
+
+
+@pytest.mark.parametrize("which", ["camera", "synthetic"])
+def test_hugging_face_datasets_transform(which: str, camera_out: Path, synth_out: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`datasets.load_dataset("webdataset", ...)` + `hf_transform`: every member of every train sample
+    equal to what ShardDataset decodes (dtype, shape, values), cameras included."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # local shards only: never the hub
+    datasets = pytest.importorskip("datasets")
+    from robowds.reader import hf_transform
+
+    out = camera_out if which == "camera" else synth_out
+    urls = sorted(glob.glob(str(out / "train" / "*.tar")))
+    ds = datasets.load_dataset("webdataset", data_files={"train": urls}, split="train", cache_dir=str(tmp_path / "hf"))
+    ds = ds.with_transform(hf_transform(ds.features))
+    mine = ours(out)
+    assert sorted(ds["__key__"]) == sorted(mine)
+    for row in ds:
+        expected = mine[row["__key__"]]
+        members = {k: v for k, v in row.items() if not k.startswith("__")}
+        assert sorted(k.split(".", 1)[0] for k in members) == sorted(k for k in expected if k != "__key__")
+        for name, value in members.items():
+            assert_same(name, value, expected[name.split(".", 1)[0]])
+    if which == "camera":
+        assert ds[0]["cam.jpgs.msgpack"].shape == (4, 48, 64, 3)
