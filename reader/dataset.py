@@ -292,7 +292,8 @@ class ShardDataset(IterableDataset):
                     continue
                 if window and ahead + stop - start > READ_AHEAD_BYTES:
                     break
-                source.prefetch(shard.path, start, stop)
+                if self.keep is None:  # with fields selected, the skipped members' bytes are never read
+                    source.prefetch(shard.path, start, stop)
                 window.append((shard, start, stop - start, (shard.path, stop)))
                 ahead += stop - start
                 waiting = next(upcoming, None)

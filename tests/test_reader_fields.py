@@ -161,3 +161,18 @@ def test_unselected_bytes_are_not_read_and_a_bad_selected_header_is_one_error(ca
 
     with pytest.raises(ShardReadError, match=rf"shard train/shard-000000.tar: bad tar header at byte {joints.offset}"):
         list(ShardDataset(out, "train", shuffle=False, fields=["joints", "actions"]))
+
+
+def test_selected_fields_read_no_whole_samples_ahead(camera: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read-ahead hint (madvise WILLNEED of each upcoming sample) would pull the skipped camera's
+    bytes from a cold disk: with fields selected it is not given; a full read still gives it."""
+    from robowds.reader.source import ShardSource
+
+    hints: list[tuple[str, int, int]] = []
+    real = ShardSource.prefetch
+    monkeypatch.setattr(ShardSource, "prefetch", lambda self, path, start, stop: hints.append((path, start, stop))
+                        or real(self, path, start, stop))
+    list(ShardDataset(camera, "train", shuffle=False, fields=["joints", "actions"]))
+    assert hints == []
+    list(ShardDataset(camera, "train", shuffle=False))
+    assert hints
