@@ -174,6 +174,17 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
     return SampleLayout(len(key), tuple(slots), varying)
 
 
+def checked_sample(buf: Buffer, start: int, stop: int, where: str, base: int,
+                   expected: MemberSet | None) -> tuple[str, dict[str, memoryview]]:
+    """The fully checked walk of one sample's headers (the path every decoder falls back to): its key
+    and members, refused with shard and byte when they are not the members the manifest lists."""
+    key, members = read_sample(memoryview(buf)[start:stop], where, base)
+    problem = expected.problem(members) if expected is not None else None
+    if problem is not None:
+        raise ShardFormatError(f"{where}: byte {base}: sample {key!r}: {problem}")
+    return key, members
+
+
 class SampleDecoder:
     """Samples from shard bytes: through a learned layout when one matches, else the checked walk.
 
@@ -200,10 +211,7 @@ class SampleDecoder:
             if sample is not None:
                 self.matched += 1
                 return sample
-        key, members = read_sample(memoryview(buf)[start:stop], where, base)
-        problem = self.members.problem(members) if self.members is not None else None
-        if problem is not None:
-            raise ShardFormatError(f"{where}: byte {base}: sample {key!r}: {problem}")
+        key, members = checked_sample(buf, start, stop, where, base, self.members)
         sample = decode_sample(key, members)
         self._learn(buf, start, stop, layout)
         return sample

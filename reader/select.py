@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from robowds.reader.decode import decode_member, decode_sample
-from robowds.reader.format import (BLOCK, MAX_NAME_BYTES, META_FIELD, ShardFormatError, mask_field, read_sample,
-                                   tar_header)
-from robowds.reader.layout import Buffer, SampleDecoder
+from robowds.reader.format import BLOCK, MAX_NAME_BYTES, META_FIELD, mask_field, tar_header
+from robowds.reader.layout import Buffer, SampleDecoder, checked_sample
 from robowds.reader.members import MemberSet
 
 
@@ -92,10 +91,7 @@ class FieldDecoder:
             if sample is not None:
                 self.matched += 1
                 return sample
-        key, members = read_sample(memoryview(buf)[start:stop], where, base)
-        problem = self.members.problem(members) if self.members is not None else None
-        if problem is not None:
-            raise ShardFormatError(f"{where}: byte {base}: sample {key!r}: {problem}")
+        key, members = checked_sample(buf, start, stop, where, base, self.members)
         slots = []
         for suffix in members:
             field, _, ext = suffix.partition(".")
