@@ -15,6 +15,11 @@ class UserError(Exception):
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  fix: {self.hint}"
 
+    def __reduce__(self) -> tuple:
+        # Exceptions pickle as `cls(*self.args)`, which would drop the hint and exit code: a task's
+        # error raised in a worker process (process pool, Ray) must arrive in the parent whole
+        return (type(self), (self.message, self.hint, self.exit_code))
+
 
 class EpisodeError(UserError):
     """One episode that cannot be exported; names the episode and field."""
@@ -25,3 +30,7 @@ class EpisodeError(UserError):
         self.episode_id = episode_id
         self.field = field
         self.reason = message
+
+    def __reduce__(self) -> tuple:
+        # `args` holds the composed message, not the constructor's four arguments
+        return (type(self), (self.episode_id, self.field, self.reason, self.hint))

@@ -34,10 +34,7 @@ UNIT_HINT = "check the time unit (ns or us values stored as float seconds?)"
 
 class DiskSpaceError(UserError):
     """The output disk cannot take what the export is about to write; raised in a map task and
-    re-raised in the parent, so it pickles with its hint."""
-
-    def __reduce__(self) -> tuple:
-        return (DiskSpaceError, (self.message, self.hint, self.exit_code))
+    re-raised in the parent (UserError pickles with its hint)."""
 
 
 @dataclass(frozen=True)
