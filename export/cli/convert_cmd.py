@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -16,9 +15,7 @@ from pathlib import Path
 from robowds.export.cli.export_cmd import add_executor_arguments, executor_choice
 from robowds.export.errors import UserError
 
-ALL_FORMATS = ("lerobot", "hdf5", "rlds", "rosbag", "clips")  # each has robowds.export.cli.convert_<format>
-# TEMPORARY while the format modules are being written: only those present are offered
-FORMATS = tuple(f for f in ALL_FORMATS if importlib.util.find_spec(f"robowds.export.cli.convert_{f}") is not None)
+FORMATS = ("lerobot", "hdf5", "rlds", "rosbag", "clips")  # each has robowds.export.cli.convert_<format>
 
 
 def _format_module(name: str):  # noqa: ANN202 (a module)
