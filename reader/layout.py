@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 
@@ -31,6 +31,15 @@ Buffer = Union[bytes, mmap.mmap]  # slicing gives bytes (a memoryview slice woul
 MAX_LAYOUTS = 64  # distinct sample lengths with a layout; past that, new lengths use the checked walk
 MAX_RELEARN = 8  # a length whose layout keeps changing stops being learned
 _CHECKSUM_AT, _SIZE_AT, _MTIME_AT, _TYPE_AT = 148, 124, 136, 156
+
+
+class RawArray(NamedTuple):
+    """A fixed-shape, C-ordered `.npy` array's bytes in place (a view of the shard buffer, not copied):
+    what the batch path (`reader/batching.py`) copies straight into a row of a batch tensor."""
+
+    data: memoryview  # [prod(shape) * dtype.itemsize] bytes, format "B"
+    dtype: np.dtype
+    shape: tuple[int, ...]
 
 
 def _checksum_field(value: int) -> bytes:
@@ -80,8 +89,9 @@ class SampleLayout:
         self._fields = tuple(s.field for s in slots)  # the dict order of the checked walk
         self._tails: dict[int, tuple[bytes, ...]] = {}  # key byte sum -> expected bytes after the key, per fixed slot
 
-    def match(self, buf: Buffer, start: int) -> dict[str, Any] | None:
-        """The decoded sample at `start` if it has this layout exactly, else None."""
+    def match(self, buf: Buffer, start: int, raw: bool = False) -> dict[str, Any] | None:
+        """The decoded sample at `start` if it has this layout exactly, else None. With `raw`, its
+        C-ordered fixed-shape arrays are `RawArray`s (bytes in place) instead of ndarrays."""
         k = self.key_len
         key = buf[start:start + k]
         if b"." in key or b"\0" in key:
@@ -102,8 +112,13 @@ class SampleLayout:
         sample: dict[str, Any] = {"__key__": text_key}
         sample.update(dict.fromkeys(self._fields))  # the checked walk's order, filled in below
         ndarray = np.ndarray
+        view = memoryview(buf) if raw else None
         for field, shape, dtype, offset, order in self._arrays:
-            sample[field] = ndarray(shape, dtype, buf, start + offset, None, order)
+            if view is not None and order == "C":
+                at = start + offset
+                sample[field] = RawArray(view[at:at + dtype.itemsize * _count(shape)], dtype, shape)
+            else:
+                sample[field] = ndarray(shape, dtype, buf, start + offset, None, order)
         for slot, size in zip(self._variable, sizes):
             sample[slot.field] = _decode_variable(slot.ext, buf, start + slot.data, size)
         return sample
@@ -114,6 +129,13 @@ class SampleLayout:
         if len(self._tails) < 4096:
             self._tails[key_sum] = tails
         return tails
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _variable_size(buf: Buffer, start: int, key: bytes, key_sum: int, slot: _Variable) -> int:
@@ -200,14 +222,15 @@ class SampleDecoder:
         self._relearned: dict[int, int] = {}
         self.matched = 0  # samples decoded through a layout (the rest went through the checked walk)
 
-    def decode(self, buf: Buffer, start: int, stop: int, where: str, base: int) -> dict[str, Any]:
+    def decode(self, buf: Buffer, start: int, stop: int, where: str, base: int, raw: bool = False) -> dict[str, Any]:
         """The decoded sample in bytes [start, stop) of `buf`, which sit at byte `base` of shard `where`.
         Raises ShardFormatError / ValueError (from the checked walk) for anything malformed, and
-        ShardFormatError for a member set other than `members`."""
+        ShardFormatError for a member set other than `members`. With `raw`, a sample that matches a
+        learned layout has its C-ordered fixed-shape arrays as `RawArray`s (the others: ndarrays)."""
         length = stop - start
         layout = self._layouts.get(length)
         if layout is not None and stop <= len(buf):
-            sample = layout.match(buf, start)
+            sample = layout.match(buf, start, raw)
             if sample is not None:
                 self.matched += 1
                 return sample
@@ -215,6 +238,19 @@ class SampleDecoder:
         sample = decode_sample(key, members)
         self._learn(buf, start, stop, layout)
         return sample
+
+    def array_views(self, buf: Buffer, start: int, stop: int) -> dict[str, tuple[memoryview, np.dtype, tuple[int, ...]]] | None:
+        """For a sample in [start, stop) that matches a learned layout: every C-ordered fixed-shape
+        array field's raw bytes in place, as (memoryview, dtype, shape); None when it matches none
+        (then `decode()` it). Nothing is copied: the views keep `buf` exported until dropped."""
+        layout = self._layouts.get(stop - start)
+        if layout is None or stop > len(buf):
+            return None
+        sample = layout.match(buf, start, raw=True)
+        if sample is None:
+            return None
+        self.matched += 1
+        return {name: value for name, value in sample.items() if isinstance(value, RawArray)}
 
     def _learn(self, buf: Buffer, start: int, stop: int, previous: SampleLayout | None) -> None:
         length = stop - start
