@@ -7,8 +7,11 @@ packets (no decoding), so it is cheap enough for `validate` to run on every vide
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
@@ -66,12 +69,39 @@ class VideoSizeError(VideoError):
     """A video whose frames do not fit the configured crop or encoding: fixed in the config."""
 
 
-def probe_video(path: Path) -> VideoInfo:
+class RangedFile(Protocol):
+    """A media file of a store in object storage (export/store/location.py: StoreFile)."""
+
+    name: str
+
+    def open(self) -> Any: ...
+
+
+@contextlib.contextmanager
+def open_container(source: Path | RangedFile) -> Iterator[Any]:
+    """A PyAV input container of a local file, or of a store file in object storage read through a
+    seekable file object (ranged reads in blocks, never a whole download: PyAV seeks where the
+    container needs it, e.g. to an mp4 index at the end). PyAV leaves a file object open: closed here."""
+    import av  # lazy: only stores with video need PyAV
+
+    if isinstance(source, (str, os.PathLike)):
+        with av.open(os.fspath(source)) as container:
+            yield container
+        return
+    try:
+        fh = source.open()
+    except OSError as exc:  # access denied, connection lost: the message names the URL
+        raise VideoError(f"{source.name} cannot be read: {exc}") from exc
+    with fh, av.open(fh) as container:
+        yield container
+
+
+def probe_video(path: Path | RangedFile) -> VideoInfo:
     """Presentation timestamps of every frame, from the packets (demux only, no decode)."""
     import av  # lazy: only stores with video need PyAV
 
     try:
-        with av.open(str(path)) as container:
+        with open_container(path) as container:
             if not container.streams.video:
                 raise VideoError(f"{path.name} has no video stream")
             stream = container.streams.video[0]

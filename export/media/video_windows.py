@@ -21,7 +21,7 @@ import numpy as np
 
 from robowds.export.core.extent import in_segment, segment_frames, segment_span
 from robowds.export.media.clips import AV1_MIN_SIZE, encode_clip, pack_jpegs, to_yuv420p
-from robowds.export.media.frames import VideoError, VideoSizeError, probe_video, select_frames
+from robowds.export.media.frames import RangedFile, VideoError, VideoSizeError, open_container, probe_video, select_frames
 from robowds.export.media.geometry import Crop, CropError, crop_box, output_size
 from robowds.export.media.images import jpeg_bytes
 from robowds.export.media.planes import FrameConverter
@@ -43,7 +43,7 @@ class VideoOptions:
 class VideoWindows:
     """Frames of one episode's video for batches of window steps, from a single sequential decode."""
 
-    def __init__(self, path: Path, meta: dict[str, Any], options: VideoOptions) -> None:
+    def __init__(self, path: Path | RangedFile, meta: dict[str, Any], options: VideoOptions) -> None:
         self.path, self.options = path, options
         self.info = probe_video(path)
         self.start_s = float(meta.get("start_s") or 0.0)
@@ -188,7 +188,7 @@ class VideoWindows:
         """Decoded frames in presentation order, numbered as in `info.pts` (single-threaded)."""
         import av
 
-        with av.open(str(self.path)) as container:
+        with open_container(self.path) as container:
             stream = container.streams.video[0]
             stream.thread_type = "NONE"
             stream.codec_context.thread_count = 1  # libdav1d threads on its own unless told
