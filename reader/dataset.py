@@ -20,11 +20,12 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from robowds.reader.collation import Collate
 from robowds.reader.emit import planned_items
 from robowds.reader.fetch import MAX_REQUEST_BYTES
 from robowds.reader.format import ShardFormatError
 from robowds.reader.layout import SampleDecoder
-from robowds.reader.manifest import shards_of
+from robowds.reader.manifest import shards_of, split_layout
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
 from robowds.reader.remote import RetryPolicy
@@ -102,7 +103,8 @@ class ShardDataset(IterableDataset):
         # remote reads: coalesced requests (reader/fetch.py), an optional node cache (reader/shard_cache.py)
         self.max_request_bytes = int(max_request_bytes)
         self.cache = ShardCache(os.fspath(cache_dir), cache_limit_bytes) if cache_dir is not None else None
-        self.members = MemberSet.from_schema(self.manifest["schema"])  # what every sample must hold
+        # what every sample must hold, and how (the split's layout: members, or npz: reader/npz.py)
+        self.members = MemberSet.from_schema(self.manifest["schema"], split_layout(self.manifest, split))
         self.keep = select_fields(self.manifest["schema"], fields, exclude)  # fields decoded (None: all)
         self.cameras = ([n for n, s in self.manifest["schema"].items() if s.get("kind") == "video"
                          and (self.keep is None or n in self.keep)] if video_layout == "TCHW" else [])
@@ -238,7 +240,7 @@ class ShardDataset(IterableDataset):
                              shards=self.shards, max_request_bytes=self.max_request_bytes,
                              jitter_key=f"{self.rank}/{worker}")
         chunks = self.plan().worker_ids(length, self.start, self.batch_size, workers, worker, skip=done)
-        samples = self._samples(source, (i for chunk in chunks for i in chunk.tolist()))
+        samples = self._samples(source, (i for chunk in chunks for i in chunk.tolist()), raw=self._raw_batches())
         yield from planned_items(samples, self.collate_fn, self.batch_size, last, self._count_item,
                                  lambda: self.next_epoch(epoch))
         if workers > 1 and self.epoch == epoch:
@@ -260,23 +262,32 @@ class ShardDataset(IterableDataset):
         batches = -(-(self.epoch_length() - self.start) // self.batch_size)
         return batches > 0 and (batches - 1) % workers == worker
 
+    def _raw_batches(self) -> bool:
+        """Whether samples go to collation with their fixed-shape arrays as bytes in place (`RawArray`),
+        which `Collate` copies straight into the batch tensors. Only for `Collate` itself (a custom
+        collate_fn, or a subclass, gets ndarrays as before), and not when a transform or the TCHW
+        camera layout needs the arrays first."""
+        return type(self.collate_fn) is Collate and self.transform is None and not self.cameras
+
     def _count_item(self) -> None:
         self._yielded += 1
 
-    def _samples(self, source: ShardSource, ids: Iterator[int]) -> Iterator[dict[str, Any] | None]:
+    def _samples(self, source: ShardSource, ids: Iterator[int], raw: bool = False) -> Iterator[dict[str, Any] | None]:
         """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding: remote ones
         as coalesced requests in READ_THREADS threads (the GIL is released while they wait;
         `ShardSource.read_ahead`), local and node-cached ones by up to READ_AHEAD samples and
         READ_AHEAD_BYTES as read-ahead hints to the kernel for the mapped shard (and downloads into the
         node cache), so disk or network time overlaps decoding. Samples that repeat the member layout
         of an earlier one decode through that layout (`reader/layout.py`); the others through the
-        checked tar walk.
+        checked tar walk. With `raw` (and every field decoded) a matched sample's fixed-shape arrays
+        are `RawArray`s, for `Collate` to copy into the batch (`_raw_batches`).
         A sample whose shard index cannot be had (missing, refused) is an error entry in the window,
         raised or skipped in its turn like a bad sample."""
         decoder = make_decoder(self.members, self.keep)
+        raw = raw and isinstance(decoder, SampleDecoder)
         if not source.mapped:
             for shard, start, size, pending in source.read_ahead(ids, lambda i: self._locate(i, source), READ_THREADS):
-                yield self._decode(source, decoder, shard, start, size, pending)
+                yield self._decode(source, decoder, shard, start, size, pending, raw)
             return
         window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, (path, stop) | error)
         ahead = 0  # bytes in `window`
@@ -301,17 +312,19 @@ class ShardDataset(IterableDataset):
                 return
             shard, start, size, pending = window.popleft()
             ahead -= size
-            yield self._decode(source, decoder, shard, start, size, pending)
+            yield self._decode(source, decoder, shard, start, size, pending, raw)
 
     def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,
-                pending: Any) -> dict[str, Any] | None:
+                pending: Any, raw: bool = False) -> dict[str, Any] | None:
         if isinstance(pending, ShardReadError):  # its shard's index could not be had
             if self.on_error == "skip":
                 return None
             raise pending
         try:
             buf, offset = pending.result() if isinstance(pending, Future) else source.span(pending[0], start, pending[1])
-            sample = decoder.decode(buf, offset, offset + size, f"shard {shard.path}", start)
+            where = f"shard {shard.path}"
+            sample = (decoder.decode(buf, offset, offset + size, where, start, raw=True) if raw
+                      else decoder.decode(buf, offset, offset + size, where, start))
             for name in self.cameras:
                 sample[name] = sample[name].transpose(0, 3, 1, 2)  # [T, H, W, C] -> [T, C, H, W] (a view)
         except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:

@@ -53,3 +53,83 @@ def test_array_views_are_the_decoded_arrays_bytes_in_place(out: Path) -> None:
     assert {k: v for k, v in raw.items() if k not in arrays} == {k: v for k, v in second.items() if k not in arrays}
     del views, raw, first, second, data
     buf.close()
+
+
+class PerSample(Collate):
+    """`Collate` under another type: the dataset hands it decoded ndarrays (the per-sample path)."""
+
+
+def batches(out: Path, collate_fn: Any, workers: int = 0, consumed: int | None = None, **kwargs: Any) -> list[dict]:
+    ds = ShardDataset(out, "train", seed=3, block=8)
+    loader = ShardLoader(ds, batch_size=BATCH, num_workers=workers, collate_fn=collate_fn, **kwargs)
+    if consumed is not None:
+        loader.load_state_dict({**loader.state_dict(), "consumed": consumed})
+    return list(loader)
+
+
+def assert_same_batches(got: list[dict], expected: list[dict]) -> None:
+    assert len(got) == len(expected) > 1
+    for a, b in zip(got, expected):
+        assert list(a) == list(b)  # same names in the same order
+        for name in a:
+            if isinstance(b[name], torch.Tensor):
+                assert isinstance(a[name], torch.Tensor), name
+                assert (a[name].dtype, a[name].shape) == (b[name].dtype, b[name].shape), name
+                assert a[name].is_contiguous() and torch.equal(a[name], b[name]), name
+            else:
+                assert a[name] == b[name], name
+
+
+def test_raw_samples_reach_collate(out: Path) -> None:
+    """The batch path is taken: matched samples carry RawArrays, and collating them equals collating
+    the decoded ndarrays exactly."""
+    ds = ShardDataset(out, "train", seed=3, block=8, collate_fn=collate)
+    assert ds._raw_batches()
+    from robowds.reader.source import ShardSource
+    source = ShardSource(ds.base, shards=ds.shards)
+    ids = ds.sequence().tolist()
+    raw = list(ds._samples(source, iter(ids), raw=True))
+    plain = list(ds._samples(source, iter(ids), raw=False))
+    assert sum(isinstance(v, RawArray) for s in raw for v in s.values()) >= 4 * (len(ids) - 2)
+    assert not any(isinstance(v, RawArray) for s in plain for v in s.values())
+    for i in range(0, len(ids), BATCH):
+        assert_same_batches([collate(raw[i:i + BATCH]), collate(raw[i:i + BATCH])],
+                            [collate(plain[i:i + BATCH]), PerSample()(plain[i:i + BATCH])])
+    assert not ShardDataset(out, "train", collate_fn=PerSample())._raw_batches()
+    assert not ShardDataset(out, "train", collate_fn=collate, transform=lambda s, r: s)._raw_batches()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("consumed", [None, 13])
+def test_same_batches_as_the_per_sample_path(out: Path, workers: int, consumed: int | None) -> None:
+    expected = batches(out, PerSample(), 0, consumed)
+    assert_same_batches(batches(out, collate, workers, consumed), expected)
+    if consumed is not None:  # the resumed batches are the tail of the uninterrupted run's samples
+        keys = [k for b in batches(out, collate) for k in b["__key__"]]
+        assert [k for b in expected for k in b["__key__"]] == keys[consumed:]
+
+
+def _raw(a: np.ndarray) -> RawArray:
+    return RawArray(memoryview(a.tobytes()), a.dtype, a.shape)
+
+
+@pytest.mark.parametrize("case", ["middle", "padded", "channels_first", "big_endian", "scalar", "mixed_shapes"])
+def test_raw_arrays_collate_as_their_ndarrays(case: str) -> None:
+    """Every kind of field the row copy must not take (or takes) gives the ndarrays' batch exactly."""
+    rng = np.random.default_rng(0)
+    arrays = {"x": [rng.random((3, 2)).astype(np.float32) for _ in range(3)],
+              "x_mask": [np.array([True, False, True])] * 3,
+              "img": [rng.integers(0, 255, (2, 4, 3), dtype=np.uint8) for _ in range(3)],
+              "be": [np.arange(4, dtype=">f4") + i for i in range(3)],
+              "s": [np.array(i, np.int16) for i in range(3)],
+              "v": [np.arange(n, dtype=np.int64) for n in (2, 3, 2)]}
+    collate_fn = Collate(fields={"x": {"pad": "max_len", "max_len": 4}} if case == "padded" else None,
+                         channels_first=case == "channels_first")
+    plain = [{"__key__": str(i), **{k: v[i] for k, v in arrays.items()}, "task": "t"} for i in range(3)]
+    raw = [{k: (_raw(v) if isinstance(v, np.ndarray) and (case != "middle" or i == 1) else v) for k, v in s.items()}
+           for i, s in enumerate(plain)]
+    got, expected = collate_fn(raw), collate_fn(plain)
+    assert_same_batches([got, got], [expected, expected])
+    assert "x_pad_mask" in got if case == "padded" else "x_pad_mask" not in got
+    assert got["img"].shape == ((3, 3, 2, 4) if case == "channels_first" else (3, 2, 4, 3))
+    assert got["be"].dtype == torch.float32 and got["s"].shape == (3,) and got["v_pad_mask"].shape == (3, 3)
