@@ -23,8 +23,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from robowds.reader.decode import IMAGE_EXTS, decode_member, image_array
+from robowds.reader.npz import PACKED, read_npz
 
 CAMERA_EXT = "jpgs.msgpack"
+PACKED_EXT = PACKED.partition(".")[2]  # "npz"
 
 
 def _ext(suffix: str) -> str:
@@ -48,16 +50,24 @@ def _decode(ext: str, data: bytes | memoryview) -> Any:
     return value.copy() if isinstance(value, np.ndarray) and not value.flags.writeable else value
 
 
+def _entries(data: bytes | memoryview) -> dict[str, Any]:
+    """An `npz` layout's `arrays.npz` member (`reader/npz.py`, checked) -> entry name ("joints.npy") -> value."""
+    return {name: _decode(name.partition(".")[2], view) for name, view in read_npz(data, "arrays.npz").items()}
+
+
 def wds_decoder(key: str, data: bytes) -> Any:
-    """A webdataset `.decode()` handler: camera windows, `.mp4` window clips and `.npy` arrays; None for
-    anything else, so the next handler (e.g. `"rgb8"` for `.png`/`.jpg`, webdataset's basic handlers
-    for `.txt`/`.json`) decodes it.
+    """A webdataset `.decode()` handler: camera windows, `.mp4` window clips, `.npy` arrays and the
+    `npz` layout's `arrays.npz` (a dict field -> array, as webdataset's own `.npz` handler gives it);
+    None for anything else, so the next handler (e.g. `"rgb8"` for `.png`/`.jpg`, webdataset's basic
+    handlers for `.txt`/`.json`) decodes it.
 
         wds.WebDataset(urls).decode(wds_decoder, "rgb8")  # sample["cam.jpgs.msgpack"]: uint8 [T, H, W, 3]
     """
     ext = _ext(key)
     if ext == CAMERA_EXT or ext.rsplit(".", 1)[-1] in ("npy", "mp4"):
         return _decode(ext, data)
+    if ext == PACKED_EXT:
+        return {name.partition(".")[0]: value for name, value in _entries(data).items()}
     return None
 
 
@@ -70,11 +80,18 @@ def decode_members(sample: Mapping[str, Any]) -> dict[str, Any]:
     default decoder, which unpickles `.pkl`), and the body of an Energon cooker for the
     `CrudeWebdataset` the export declares in `.nv-meta/dataset.yaml`
     (`Cooker(stateless(decode_members))`, with the task encoder's `decoder = None`).
+
+    An `npz` layout export's `arrays.npz` member is replaced by its entries, under the keys the
+    `members` layout's members have (`"joints.npy"`, wids: `".joints.npy"`): the same dict either way.
     """
     out: dict[str, Any] = {}
     for name, value in sample.items():
         raw = None if name.startswith("__") else _raw(value)
-        out[name] = value if raw is None else _decode(_ext(name), raw)
+        if raw is not None and _ext(name) == PACKED_EXT:
+            dot = "." if name.startswith(".") else ""
+            out.update({dot + entry: decoded for entry, decoded in _entries(raw).items()})
+        else:
+            out[name] = value if raw is None else _decode(_ext(name), raw)
     return out
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from robowds.reader.decode import decode_member, decode_sample
 from robowds.reader.format import BLOCK, ShardFormatError, iter_members, parse_npy_header, read_sample, tar_header
 from robowds.reader.members import MemberSet
+from robowds.reader.npz import CENTRAL_CRC_AT, LOCAL_CRC_AT, PACKED, npz_entries, unpack
 
 Buffer = Union[bytes, mmap.mmap]  # slicing gives bytes (a memoryview slice would not compare as fast)
 MAX_LAYOUTS = 64  # distinct sample lengths with a layout; past that, new lengths use the checked walk
@@ -63,6 +64,23 @@ class _Fixed:
 
 
 @dataclass(frozen=True)
+class _Packed:
+    """The `npz` layout's `arrays.npz` member (`reader/npz.py`) when its size is the same in every
+    sample: its tar header is checked like a `_Fixed` one's, its zip structure (local headers with the
+    `.npy` headers after them, central directory, end record) byte for byte except the CRC-32s, which
+    depend on the data and must only agree between each local header and its central record."""
+
+    header: int
+    head: bytes  # tar header bytes after the key up to the checksum field
+    tail: bytes  # tar header bytes after the checksum field, then the first local header up to its CRC
+    checksum: int
+    segments: tuple[tuple[int, bytes], ...]  # (offset from the sample's start, expected bytes)
+    crcs: tuple[tuple[int, int], ...]  # (local, central) CRC-32 field offsets from the sample's start
+    arrays: tuple[tuple[str, tuple[int, ...], np.dtype, int, str], ...]  # (field, shape, dtype, offset, order)
+    suffixes: tuple[str, ...]  # the entries' names
+
+
+@dataclass(frozen=True)
 class _Variable:
     """A member whose size may differ between samples (it keeps its number of 512-byte blocks)."""
 
@@ -80,13 +98,22 @@ class _Variable:
 class SampleLayout:
     """The members of one learned sample; `match` checks another sample of the same length against it."""
 
-    def __init__(self, key_len: int, slots: tuple[_Fixed | _Variable, ...], varying: frozenset[str]) -> None:
+    def __init__(self, key_len: int, slots: tuple[_Fixed | _Packed | _Variable, ...], varying: frozenset[str]) -> None:
         self.key_len, self.slots, self.varying = key_len, slots, varying
-        fixed = [s for s in slots if isinstance(s, _Fixed)]
+        fixed = [s for s in slots if isinstance(s, (_Fixed, _Packed))]
+        packed = [s for s in slots if isinstance(s, _Packed)]
         self._fixed_at = tuple(s.header for s in fixed)
-        self._arrays = tuple((s.field, s.shape, s.dtype, s.array, s.order) for s in fixed)
+        self._arrays = tuple((s.field, s.shape, s.dtype, s.array, s.order) for s in slots if isinstance(s, _Fixed))
+        self._arrays += tuple(array for s in packed for array in s.arrays)
+        self._segments = tuple(segment for s in packed for segment in s.segments)
+        self._crcs = tuple(pair for s in packed for pair in s.crcs)
         self._variable = tuple(s for s in slots if isinstance(s, _Variable))
-        self._fields = tuple(s.field for s in slots)  # the dict order of the checked walk
+        self._fields = tuple(s.field for s in slots if not isinstance(s, _Packed))  # the checked walk's dict order
+        if packed:  # the checked walk unpacks, then sorts by suffix (`npz.unpack`)
+            suffixes = [(f"{s.field}.{s.ext}", s.field) for s in self._variable]
+            suffixes += [(s.suffix, s.field) for s in slots if isinstance(s, _Fixed)]
+            suffixes += [(suffix, suffix.partition(".")[0]) for s in packed for suffix in s.suffixes]
+            self._fields = tuple(field for _, field in sorted(suffixes))
         self._tails: dict[int, tuple[bytes, ...]] = {}  # key byte sum -> expected bytes after the key, per fixed slot
 
     def match(self, buf: Buffer, start: int, raw: bool = False) -> dict[str, Any] | None:
@@ -101,6 +128,13 @@ class SampleLayout:
         for at, tail in zip(self._fixed_at, tails):
             at += start
             if buf[at:at + k + len(tail)] != key + tail:
+                return None
+        for at, expected in self._segments:
+            at += start
+            if buf[at:at + len(expected)] != expected:
+                return None
+        for local, central in self._crcs:
+            if buf[start + local:start + local + 4] != buf[start + central:start + central + 4]:
                 return None
         sizes = [_variable_size(buf, start, key, key_sum, slot) for slot in self._variable]
         if -1 in sizes:
@@ -125,7 +159,7 @@ class SampleLayout:
 
     def _expected_tails(self, key_sum: int) -> tuple[bytes, ...]:
         tails = tuple(slot.head + _checksum_field(slot.checksum + key_sum) + slot.tail
-                      for slot in self.slots if isinstance(slot, _Fixed))
+                      for slot in self.slots if isinstance(slot, (_Fixed, _Packed)))
         if len(self._tails) < 4096:
             self._tails[key_sum] = tails
         return tails
@@ -160,13 +194,15 @@ def _decode_variable(ext: str, buf: Buffer, at: int, size: int) -> Any:
     return decode_member(ext, data)
 
 
-def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = frozenset()) -> SampleLayout | None:
+def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = frozenset(),
+                 packed: bool = False) -> SampleLayout | None:
     """The layout of the (already checked) sample in [start, stop), or None when its headers are not
     exactly what our writer produces (then only the checked walk reads such samples). Members named in
-    `varying`, and all but `.npy` ones, get a per-sample size."""
+    `varying`, and all but `.npy` ones, get a per-sample size. With `packed` (the `npz` layout), an
+    `arrays.npz` member of only `.npy` entries is learned as a `_Packed` slot."""
     view = memoryview(buf)[start:stop]
     key: bytes | None = None
-    slots: list[_Fixed | _Variable] = []
+    slots: list[_Fixed | _Packed | _Variable] = []
     end = 0
     for member in iter_members(view):
         name = member.name.encode("utf-8")
@@ -181,7 +217,12 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
         k = len(key)
         checksum = int(header[_CHECKSUM_AT:_CHECKSUM_AT + 6], 8) - sum(key)
         data = member.offset + BLOCK
-        if ext == "npy" and suffix not in varying:
+        if packed and suffix == PACKED and suffix not in varying:
+            slot = _packed_slot(member.data, member.offset, header, k, checksum)
+            if slot is None:
+                return None
+            slots.append(slot)
+        elif ext == "npy" and suffix not in varying:
             npy = parse_npy_header(member.data)
             slots.append(_Fixed(suffix, field, member.offset, header[k:_CHECKSUM_AT],
                                 header[_CHECKSUM_AT + 8:] + bytes(member.data[:npy.length]), checksum,
@@ -196,11 +237,41 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
     return SampleLayout(len(key), tuple(slots), varying)
 
 
+def _packed_slot(data: memoryview, offset: int, header: bytes, k: int, checksum: int) -> _Packed | None:
+    """The `_Packed` slot of an `arrays.npz` member (already checked) whose tar header is at `offset`
+    of the sample; None when an entry is not a `.npy` array."""
+    entries, directory = npz_entries(data)
+    npz = bytes(data)
+    at = offset + BLOCK  # the zip's first byte, from the sample's start
+    segments, crcs, arrays = [], [], []
+    for i, entry in enumerate(entries):
+        field, _, ext = entry.name.partition(".")
+        if ext != "npy":
+            return None
+        npy = parse_npy_header(data[entry.data:entry.data + entry.size])
+        if i:  # the first entry's signature .. date are checked with the tar header
+            segments.append((at + entry.header, npz[entry.header:entry.header + LOCAL_CRC_AT]))
+        segments.append((at + entry.header + LOCAL_CRC_AT + 4, npz[entry.header + LOCAL_CRC_AT + 4:entry.data + npy.length]))
+        crcs.append((at + entry.header + LOCAL_CRC_AT, at + entry.central + CENTRAL_CRC_AT))
+        arrays.append((field, npy.shape, npy.dtype, at + entry.data + npy.length, "F" if npy.fortran else "C"))
+    cuts = [directory, *(c for e in entries for c in (e.central + CENTRAL_CRC_AT, e.central + CENTRAL_CRC_AT + 4)),
+            len(npz)]
+    segments += [(at + lo, npz[lo:hi]) for lo, hi in zip(cuts[::2], cuts[1::2])]
+    if not entries or entries[0].header != 0:
+        return None
+    return _Packed(offset, header[k:_CHECKSUM_AT], header[_CHECKSUM_AT + 8:] + npz[:LOCAL_CRC_AT], checksum,
+                   tuple(segments), tuple(crcs), tuple(arrays), tuple(e.name for e in entries))
+
+
 def checked_sample(buf: Buffer, start: int, stop: int, where: str, base: int,
                    expected: MemberSet | None) -> tuple[str, dict[str, memoryview]]:
     """The fully checked walk of one sample's headers (the path every decoder falls back to): its key
-    and members, refused with shard and byte when they are not the members the manifest lists."""
+    and members, refused with shard and byte when they are not the members the manifest lists. In the
+    `npz` layout (or, without `expected`, for a sample holding `arrays.npz`) the packed member is
+    unpacked (`npz.unpack`, checked) into the members the `members` layout would hold."""
     key, members = read_sample(memoryview(buf)[start:stop], where, base)
+    if (expected.layout == "npz") if expected is not None else PACKED in members:
+        members = unpack(members, where, base)
     problem = expected.problem(members) if expected is not None else None
     if problem is not None:
         raise ShardFormatError(f"{where}: byte {base}: sample {key!r}: {problem}")
@@ -263,12 +334,13 @@ class SampleDecoder:
             self._layouts[length] = None
             return
         varying = previous.varying if previous is not None else frozenset()
-        layout = learn_layout(buf, start, stop, varying)
+        packed = self.members.layout == "npz" if self.members is not None else True
+        layout = learn_layout(buf, start, stop, varying, packed)
         if layout is not None and previous is not None and len(previous.slots) == len(layout.slots):
             # a .npy member at the same place whose header changed varies in size: keep a per-sample size
             changed = frozenset(new.suffix for old, new in zip(previous.slots, layout.slots)
                                 if isinstance(old, _Fixed) and isinstance(new, _Fixed)
                                 and (old.header, old.suffix) == (new.header, new.suffix) and old.tail != new.tail)
             if changed:
-                layout = learn_layout(buf, start, stop, varying | changed)
+                layout = learn_layout(buf, start, stop, varying | changed, packed)
         self._layouts[length] = layout

@@ -8,7 +8,7 @@ export, read by the reader and by verify.
   "config": {...resolved export config...},
   "schema": {field: {"kind", "dtype", "shape", "member", "mask_member"?, "rate_hz"?, "duration_s"?,
                      "offset_s"?, "pad"?, "interpolation"?, "names"?, "units"?, "encoding"?}},
-  "splits": {split: {"episodes": [...], "samples": int, "bytes": int,
+  "splits": {split: {"episodes": [...], "samples": int, "bytes": int, "layout"?: "npz",
                      "shards": [{"path", "samples", "bytes", "sha256", "index_sha256"}]}},
   "stats": {split: {field: {"count", "mean", "std", "min", "max", "q01", "q99"}}},
   "report": {...}
@@ -22,6 +22,10 @@ sample (`bytes - 1024`, where the end-of-archive blocks start); sample i is [idx
 shard, and refuses one that does not match (`decode_index`). So the manifest holds O(shards) bytes
 (~230 per shard), never O(samples): at 100M samples the inline offsets of version 1 were ~1 GB of JSON
 that every rank and worker parsed at start.
+
+A split's `layout` (version 3, written only when it is not `members`) says how its samples' members
+are laid out: `npz` packs every `.npy` member into one `arrays.npz` (`reader/npz.py`). Version 2 and
+1 manifests, and version 3 splits without the key, are `members`.
 
 Version 1 manifests (offsets inline: `"offsets": [int, ...]` per shard, `samples` entries, no
 `.idx` files) still read: `ShardInfo.offsets` holds them and `shard_index` serves them the same way.
@@ -39,10 +43,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from robowds.reader.format import BLOCK, END_OF_ARCHIVE
+from robowds.reader.npz import LAYOUTS
 
 FORMAT = "robowds-manifest"
-FORMAT_VERSION = 2  # written; 1 (inline offsets) is still read
-READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 2  # written for `members` exports; 1 (inline offsets) is still read
+LAYOUT_VERSION = 3  # written when a split's `layout` is not `members` (so older readers refuse it cleanly)
+READ_VERSIONS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 INDEX_SUFFIX = ".idx"  # `<shard>.tar.idx`, as Megatron-Energon names its tar indexes
 INDEX_DTYPE = np.dtype("<u8")
@@ -167,6 +173,13 @@ def safe_relative(path: str) -> str:
     return norm
 
 
+def split_layout(manifest: dict[str, Any], split: str) -> str:
+    """How the samples of `split` are laid out in its shards (`reader/npz.py`): the split's `layout`,
+    `members` when it has none (every manifest before version 3)."""
+    entry = manifest["splits"].get(split, {})
+    return entry.get("layout", "members") if isinstance(entry, dict) else "members"
+
+
 def shards_of(manifest: dict[str, Any], split: str) -> list[ShardInfo]:
     """The shards of `split` of a manifest that `validate_manifest` accepted (`parse_manifest` does)."""
     try:
@@ -194,7 +207,7 @@ def parse_manifest(text: str | bytes, where: str = MANIFEST_NAME) -> dict[str, A
 
 _SHA256_HEX = frozenset("0123456789abcdef")
 _SHARD_KEYS = {"path": str, "samples": int, "bytes": int, "sha256": str}
-_VERSION_KEYS = {1: {"offsets": list}, 2: {"index_sha256": str}}  # per format version, besides _SHARD_KEYS
+_VERSION_KEYS = {1: {"offsets": list}, 2: {"index_sha256": str}, 3: {"index_sha256": str}}  # besides _SHARD_KEYS
 
 
 def _is_int(value: Any) -> bool:
@@ -222,7 +235,7 @@ def validate_manifest(doc: Any, where: str = MANIFEST_NAME) -> None:
     the split, the shard, the key and what is wrong. Checks: format and version; a `schema` object
     whose fields name their `member` (and `mask_member`); per split a `shards` list whose `samples`
     and `bytes` add up to the split's; per shard `path` (relative, inside the dataset folder, listed once),
-    `samples` >= 0, `bytes`, a sha256 hex `sha256`; version 2: a sha256 hex `index_sha256` (the
+    `samples` >= 0, `bytes`, a sha256 hex `sha256`; versions 2, 3: a sha256 hex `index_sha256` (the
     `.idx` file itself is checked when it is read: `decode_index`); version 1: `offsets`, `samples`
     integers, the first 0, strictly increasing, multiples of 512 (tar blocks), the last leaving room
     for one tar header and the end-of-archive blocks before `bytes`.
@@ -248,6 +261,9 @@ def validate_manifest(doc: Any, where: str = MANIFEST_NAME) -> None:
     for split, entry in splits.items():
         at = f"{where}: split {split!r}"
         shards = _expect(entry, "shards", list, at)
+        if "layout" in entry and entry["layout"] not in LAYOUTS:
+            raise ManifestError(f"{at}: 'layout' is {json.dumps(entry['layout'])[:60]}; this robowds reads layouts "
+                                f"{', '.join(LAYOUTS)}")
         total = size = 0
         for index, shard in enumerate(shards):
             _check_shard(shard, version, f"{at}, shard {index}" + (

@@ -4,7 +4,8 @@ Why: a sample with a foreign member (a `.pickle` added) or without one the schem
 missing, or the last members cut off by a manifest whose shard `bytes` is too small) would decode
 into a dict of another shape and fail later, in collate, where neither the shard nor the sample is
 known and `on_error="skip"` cannot help. Checked once per sample of the checked tar walk and once per
-learned layout (a sample matching a layout has byte-identical member names, so the same set).
+learned layout (a sample matching a layout has byte-identical member names, so the same set). In the
+`npz` layout the set is the one after unpacking `arrays.npz` (`reader/npz.py`): the same as `members`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ class MemberSet:
 
     fixed: frozenset[str]
     choices: tuple[frozenset[str], ...]
+    layout: str = "members"  # the split's shard layout (`reader/npz.py`): sets are checked after unpacking
 
     @classmethod
-    def from_schema(cls, schema: dict[str, dict[str, Any]]) -> "MemberSet":
+    def from_schema(cls, schema: dict[str, dict[str, Any]], layout: str = "members") -> "MemberSet":
         fixed: set[str] = set()
         choices: list[frozenset[str]] = []
         for name, spec in schema.items():
@@ -35,7 +37,7 @@ class MemberSet:
                 fixed.add(member)
             if "mask_member" in spec:
                 fixed.add(spec["mask_member"])
-        return cls(frozenset(fixed), tuple(choices))
+        return cls(frozenset(fixed), tuple(choices), layout)
 
     def problem(self, suffixes: Iterable[str]) -> str | None:
         """What is wrong with a sample holding members `suffixes`, or None when it is what the schema says."""

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from robowds.reader.decode import decode_member, decode_sample
-from robowds.reader.format import BLOCK, MAX_NAME_BYTES, META_FIELD, mask_field, tar_header
+from robowds.reader.format import BLOCK, MAX_NAME_BYTES, META_FIELD, ShardFormatError, mask_field, read_sample, tar_header
 from robowds.reader.layout import Buffer, SampleDecoder, checked_sample
 from robowds.reader.members import MemberSet
+from robowds.reader.npz import PACKED, npz_entries
 
 
 def select_fields(schema: dict[str, dict[str, Any]], fields: Iterable[str] | None = None,
@@ -80,6 +81,8 @@ class FieldDecoder:
     def __init__(self, members: MemberSet | None, keep: frozenset[str]) -> None:
         self.members, self.keep = members, keep
         self._sequence: tuple[_Slot, ...] | None = None
+        self._entries: tuple[str, ...] = ()  # the npz layout: the learned `arrays.npz` entry names
+        self._order: tuple[str, ...] | None = None  # the npz layout: the checked walk's field order
         # (suffix, size, key length) -> header parts (`_expected`); at most 4096 entries
         self._headers: dict[tuple[bytes, int, int], tuple[bytes, int, bytes]] = {}
         self.matched = 0  # samples decoded by hopping (the rest went through the checked walk)
@@ -92,11 +95,16 @@ class FieldDecoder:
                 self.matched += 1
                 return sample
         key, members = checked_sample(buf, start, stop, where, base, self.members)
+        stored = members
+        if self.members is None or self.members.layout == "npz":  # the sequence hopped over is the tar's
+            stored = read_sample(memoryview(buf)[start:stop], where, base)[1]
+        self._entries = tuple(s for s in members if s not in stored)
+        self._order = tuple(s.partition(".")[0] for s in members) if PACKED in stored else None
         slots = []
-        for suffix in members:
+        for suffix in stored:
             field, _, ext = suffix.partition(".")
             slots.append(_Slot(suffix.encode("utf-8"), b"." + suffix.encode("utf-8") + b"\0", field, ext,
-                               field in self.keep))
+                               field in self.keep or suffix == PACKED))
         self._sequence = tuple(slots)
         return decode_sample(key, members, self.keep)
 
@@ -133,10 +141,33 @@ class FieldDecoder:
             if slot.keep:
                 if buf[pos:data] != self._expected(key, key_sum, slot.suffix, size):
                     return None
-                chunk = buf[data:data + size] if slot.ext in ("txt", "json") else view[data:data + size]
-                sample[slot.field] = decode_member(slot.ext, chunk)
+                if slot.suffix == _PACKED and not self._unpack(view[data:data + size], sample):
+                    return None
+                elif slot.suffix != _PACKED:
+                    chunk = buf[data:data + size] if slot.ext in ("txt", "json") else view[data:data + size]
+                    sample[slot.field] = decode_member(slot.ext, chunk)
             pos = data + size + (-size) % BLOCK
-        return sample if pos == stop else None
+        if pos != stop:
+            return None
+        if self._order is not None:  # the checked walk's order: unpacked members sorted by suffix
+            sample = {"__key__": sample["__key__"], **{f: sample[f] for f in self._order if f in sample}}
+        return sample
+
+    def _unpack(self, data: memoryview, sample: dict[str, Any]) -> bool:
+        """The selected entries of a packed `arrays.npz` into `sample`; False when its entries are not
+        the learned ones or its zip structure is not one `npz_entries` accepts (then the checked walk
+        reads the sample and raises)."""
+        try:
+            entries, _ = npz_entries(data)
+        except ShardFormatError:
+            return False
+        if tuple(e.name for e in entries) != self._entries:
+            return False
+        for entry in entries:
+            field, _, ext = entry.name.partition(".")
+            if field in self.keep:
+                sample[field] = decode_member(ext, data[entry.data:entry.data + entry.size])
+        return True
 
     def _expected(self, key: bytes, key_sum: int, suffix: bytes, size: int) -> bytes:
         """The header our writer produces for `<key>.<suffix>` of `size` bytes, from cached parts:
@@ -154,6 +185,7 @@ class FieldDecoder:
 
 
 _SIZE_AT, _CHECKSUM_AT = 124, 148  # ustar header fields
+_PACKED = PACKED.encode()
 
 
 def make_decoder(members: MemberSet | None, keep: frozenset[str] | None) -> SampleDecoder | FieldDecoder:

@@ -211,13 +211,13 @@ def test_large_manifest_validates_in_numpy_time() -> None:
     assert total < 30, total
 
 
-@pytest.mark.parametrize("version", [3, 0, True, "2", None])
+@pytest.mark.parametrize("version", [4, 0, True, "2", None])
 def test_unknown_format_version_is_refused(exported: Path, tmp_path: Path, version: object) -> None:
     out = damaged(exported, tmp_path, _set(lambda doc: doc, "format_version", version))
     with pytest.raises(ManifestError) as info:
         ShardDataset(out, "train")
     assert str(info.value) == (f"{out / 'manifest.json'} has format_version {version!r}; this robowds reads "
-                               "versions 1, 2")
+                               "versions 1, 2, 3")
 
 
 def test_version_1_export_reads_verifies_and_inspects(exported: Path, exported_v1: Path,

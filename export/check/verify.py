@@ -3,7 +3,7 @@
 Checks every shard's size and sha256, its offset index (`<shard>.idx`: present, sha256 as the
 manifest lists it, well-formed; inline offsets in a version 1 manifest), parses every tar member,
 compares sample keys, counts and byte offsets with the index, decodes every member against the field
-schema; with `--store`, recomputes a seeded random subset of windows from the source with the
+schema (an `npz` split's packed member checked and unpacked first, CRC-32s included); with `--store`, recomputes a seeded random subset of windows from the source with the
 export's own code and compares bytes.
 """
 
@@ -22,7 +22,8 @@ from tqdm import tqdm
 from robowds.export.check.result import VerifyResult
 from robowds.export.job.publish import load_finished_manifest
 from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
-from robowds.reader.manifest import ShardIndexError, ShardInfo, read_local_index, shards_of
+from robowds.reader.manifest import ShardIndexError, ShardInfo, read_local_index, shards_of, split_layout
+from robowds.reader.npz import PACKED, pack, unpack
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
 
@@ -111,8 +112,26 @@ def check_sample(schema: dict[str, Any], split: str, key: str, members: dict[str
     return problems
 
 
+def unpacked(members: dict[str, memoryview], layout: str, where: str, offset: int) -> dict[str, memoryview]:
+    """A sample's members as the `members` layout holds them. For an `npz` split (`reader/npz.py`):
+    the packed `arrays.npz` checked (structure and every entry's CRC-32), byte-identical to what the
+    export writes for its entries, holding every `.npy` member; then unpacked. Raises
+    ShardFormatError naming the shard byte."""
+    if layout != "npz":
+        return members
+    entries = unpack(members, where, offset, check_crc=True)
+    packed = pack({suffix: bytes(data) for suffix, data in entries.items()})
+    if PACKED in members and bytes(members[PACKED]) != packed.get(PACKED):
+        raise ShardFormatError(f"{where}: byte {offset}: {PACKED!r} holds its entries in another order or "
+                               "encoding than robowds writes (re-export)")
+    if set(packed) != set(members):
+        raise ShardFormatError(f"{where}: byte {offset}: members {sorted(members)}, the npz layout packs every "
+                               f".npy member into {PACKED!r}: expected {sorted(packed)}")
+    return entries
+
+
 def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any], result: VerifyResult,
-                 keys: set[str]) -> None:
+                 keys: set[str], layout: str = "members") -> None:
     path = root / shard.path
     where = f"shard {shard.path}"
     if not path.is_file():
@@ -144,6 +163,11 @@ def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any
             if key in keys:
                 result.failures.append(f"{where}: key {key} at byte {offset} is not unique in the dataset")
             keys.add(key)
+            try:
+                members = unpacked(members, layout, where, offset)
+            except ShardFormatError as exc:
+                result.failures.append(f"{exc} (key {key})")
+                continue
             for problem in check_sample(schema, split, key, members):
                 result.failures.append(f"{where}: key {key} (byte {offset}): {problem}")
         result.samples += len(samples)
@@ -160,7 +184,7 @@ def verify_export(out: Path, store: Path | None = None, check_windows: int = 32,
     keys: set[str] = set()
     jobs = [(split, shard) for split in sorted(manifest["splits"]) for shard in shards_of(manifest, split)]
     for split, shard in tqdm(jobs, desc="verify", unit="shard", disable=not progress):
-        _check_shard(out, split, shard, manifest["schema"], result, keys)
+        _check_shard(out, split, shard, manifest["schema"], result, keys, split_layout(manifest, split))
     if store is not None and result.ok:
         from robowds.export.check.recompute import recompute_windows
 

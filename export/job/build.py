@@ -26,6 +26,7 @@ from robowds.export.job.sizes import source_bytes, window_bytes
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
 from robowds.export.store.episodes import EpisodeData
 from robowds.reader.format import encode_npy, encode_sample, mask_field
+from robowds.reader.npz import laid_out
 
 if TYPE_CHECKING:
     from robowds.export.media.images import ImageOptions
@@ -58,6 +59,7 @@ class BuildSpec:
     max_episode_s: float = MAX_EPISODE_S  # longer extents are refused (export/core/plausible.py)
     dtypes: dict[str, str] = field(default_factory=dict)  # time-series field -> `streams.<field>.dtype` override
     widths: dict[str, int] = field(default_factory=dict)  # time-series field -> N, for episodes that lack it
+    layout: str = "members"  # shard.layout: members | npz (every .npy member packed into arrays.npz)
 
 
 @dataclass
@@ -243,7 +245,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             members["meta.json"] = _meta_json(meta, anchor, start + anchor / spec.fps, data.time_origin_ns)
             windows_out.anchors.append(anchor)
             windows_out.keys.append(key)
-            yield encode_sample(key, members)
+            yield encode_sample(key, laid_out(members, spec.layout))
     report["emitted"] = len(windows_out.anchors)
     for name, camera in cameras.items():
         video = report["video"][name]

@@ -19,6 +19,7 @@ from robowds.export.media.images import IMAGE_ENCODINGS, ImageOptions
 from robowds.export.media.video_windows import ENCODINGS as VIDEO_ENCODINGS
 from robowds.export.media.video_windows import VideoOptions
 from robowds.export.store.yamlio import YamlError, load_file, load_text
+from robowds.reader.npz import LAYOUTS
 
 DEFAULTS: dict[str, Any] = {
     "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
@@ -46,6 +47,9 @@ DEFAULTS: dict[str, Any] = {
     "max_episode_s": 86400.0,  # longer episodes are refused: a unit or end_s mistake (export/core/plausible.py)
 }
 
+# keys that may be set but are not in DEFAULTS, with their default: an export that leaves one at its default
+# resolves to the config it had before the key existed (same manifest bytes, same job id)
+OPTIONAL_KEYS: dict[str, Any] = {"shard.layout": "members"}  # members | npz: reader/npz.py, docs/export-config.md
 PADS = ("zero", "edge")
 STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation", "dtype",
                "selection", "encoding", "resize", "crop"}  # the last four: video (and image) fields only
@@ -125,9 +129,10 @@ def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, path: str =
     for key, value in new.items():
         full = f"{path}{key}"
         open_mapping = path.startswith("streams.") or path == "splits."
-        if key not in base and not open_mapping:
+        if key not in base and not open_mapping and full not in OPTIONAL_KEYS:
+            optional = [k.rpartition(".")[2] for k in OPTIONAL_KEYS if k.rpartition(".")[0] + "." == path]
             raise UserError(f"unknown config key {full!r} in {where}",
-                            hint=f"known keys here: {', '.join(sorted(base))}")
+                            hint=f"known keys here: {', '.join(sorted([*base, *optional]))}")
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             _merge(base[key], value, where, full + ".")
         else:
@@ -209,6 +214,10 @@ def _check(config: dict[str, Any]) -> None:
         value = shard.get(key)
         _require(isinstance(value, int) and not isinstance(value, bool) and value >= low, f"shard.{key}",
                  f"an integer >= {low}", value)
+    layout = shard.get("layout", OPTIONAL_KEYS["shard.layout"])
+    _require(layout in LAYOUTS, "shard.layout", f"one of {', '.join(LAYOUTS)}", layout)
+    if layout == OPTIONAL_KEYS["shard.layout"]:
+        shard.pop("layout", None)  # the default: the same config (and job id) as leaving it out
     rest = [name for name, rule in config["splits"].items() if rule == "rest"]
     if len(rest) != 1:
         raise UserError("config splits must name exactly one split as 'rest' (it gets the remaining episodes)")
@@ -238,6 +247,12 @@ def check_field_keys(config: Mapping[str, Any], field: str, kind: str) -> None:
                         hint=(f"a time series takes only {', '.join(sorted(allowed))}; encoding, resize, crop and "
                               f"selection are for video fields" if allowed else
                               f"remove streams.{field} from the config"))
+
+
+def shard_layout(config: Mapping[str, Any]) -> str:
+    """How a sample's members are laid out in the shards: `members` (one tar member per field, the
+    default) or `npz` (every `.npy` member packed into one stored `arrays.npz`)."""
+    return str(config["shard"].get("layout", OPTIONAL_KEYS["shard.layout"]))
 
 
 def _geometry(entry: Mapping[str, Any], where: str) -> tuple[tuple[int, int] | None, Crop]:

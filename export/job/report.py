@@ -17,7 +17,7 @@ from robowds.export.media.geometry import configured_size
 from robowds.export.media.video_windows import MEMBER_EXT
 from robowds.export.store.validate import FPS_TOLERANCE
 from robowds.reader.format import mask_field
-from robowds.reader.manifest import FORMAT, FORMAT_VERSION
+from robowds.reader.manifest import FORMAT, FORMAT_VERSION, LAYOUT_VERSION
 
 if TYPE_CHECKING:
     from robowds.export.job.spec import JobSpec
@@ -132,10 +132,11 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
         members = [r for r in good if r["split"] == split]
         splits[split] = {"episodes": [r["episode_id"] for r in members],
                          "samples": sum(s["samples"] for s in listed), "bytes": sum(s["bytes"] for s in listed),
-                         "shards": listed}
+                         "shards": listed, **({"layout": job.build.layout} if job.build.layout != "members" else {})}
         stats[split] = {name: folded[split][name].summary() for name in job.build.windows
                         if name in folded.get(split, {})}
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__, "job_id": job_id,
+    version = FORMAT_VERSION if job.build.layout == "members" else LAYOUT_VERSION  # older readers refuse npz
+    return {"format": FORMAT, "format_version": version, "tool_version": __version__, "job_id": job_id,
             "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,
             "splits": splits, "stats": stats, "report": export_report(schema.root, records, shards, split_names)}
 

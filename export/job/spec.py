@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 from robowds.export.core.shard_plan import assign_splits, key_prefixes
 from robowds.export.errors import UserError
 from robowds.export.job.build import BuildSpec
-from robowds.export.job.config import (check_bool_interpolation, check_field_keys, image_options, stream_dtype,
-                                       stream_window, video_options)
+from robowds.export.job.config import (check_bool_interpolation, check_field_keys, image_options, shard_layout,
+                                       stream_dtype, stream_window, video_options)
 from robowds.export.store.episodes import series_widths
 from robowds.export.store.schema import StoreSchema, invalid_utf8_row, open_store
 
@@ -81,7 +81,7 @@ def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any
                       dtypes=dtypes, widths=series_widths(schema, sorted(windows)),
                       static_fields=tuple(f for f in fields if f not in windows and f not in videos),
                       videos=videos, images=images,
-                      clock=schema.clock, max_episode_s=float(config["max_episode_s"]),
+                      clock=schema.clock, max_episode_s=float(config["max_episode_s"]), layout=shard_layout(config),
                       clock_interpolation=schema.fields[schema.clock].interpolation or "linear" if schema.clock else "linear")
     declared = _declared_splits(schema)
     splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
