@@ -294,3 +294,28 @@ def test_camera_only_export_spans_the_video(tmp_path: Path) -> None:
                  "--set", "include=[cam_high]", "--set", "streams.cam_high.duration_s=0.2"]) == 0
     keys = sorted(_samples(out))
     assert keys == [f"ep_{e:04d}_{a:06d}" for e in range(2) for a in range(40)]  # grid 10 Hz over 0..3.9 s
+
+
+def test_camera_only_extent_keeps_the_last_frame_of_a_ms_clock(tmp_path: Path) -> None:
+    """Matroska/webm store pts in ms: 18 frames at 15 fps put the last at 1.133 s while its grid point
+    is 1.1333... s. A camera-only extent ends at the last frame, so the grid must count a point within
+    the camera clock's resolution (one time-base step) of it: 18 windows, the last showing frame 17."""
+    from robowds.export.media.encode import encode_frames
+
+    store = tmp_path / "s"
+    write_synthetic_store(store, episodes=1, seed=0)
+    times = np.arange(18) / 15.0  # pts 0, 67, 133, ..., 1133 ms
+    frames = np.zeros((18, 16, 16, 3), dtype=np.uint8)
+    frames[:, :, :, 0] = (np.arange(18) * 10)[:, None, None]  # frame k is red k * 10 (FFV1: lossless)
+    encode_frames(frames, times, store / "media" / "cam.mkv")
+    video = pa.array([{"path": "media/cam.mkv", "fps": 15.0, "start_s": None, "end_s": None}])
+    pq.write_table(pa.table({"episode_id": ["ep_0000"], "cam_high": video}), store / "videos.parquet")
+    _drop_clock(store)
+    out = tmp_path / "out"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--keep-order", "--fps", "15",
+                 "--set", "include=[cam_high]", "--set", "streams.cam_high.duration_s=0.1",
+                 "--set", "streams.cam_high.encoding=raw", "--set", "streams.cam_high.rate_hz=10"]) == 0
+    samples = _samples(out)
+    assert sorted(samples) == [f"ep_0000_{a:06d}" for a in range(18)]
+    last = samples["ep_0000_000017"]
+    assert last["cam_high"][0, 0, 0, 0] == 170 and bool(last["cam_high_mask"][0])

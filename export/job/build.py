@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
@@ -101,9 +100,13 @@ def _refuse(data: EpisodeData, name: str | None, problem: Implausible | None) ->
 
 
 def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
-                 cameras: list[tuple[float, float]]) -> tuple[float, float, float]:
+                 cameras: list[tuple[float, float]], camera_resolution: float = 0.0) -> tuple[float, float, float]:
     """[start, end] of the episode by the one rule of `robowds.export.core.extent` (validate uses it too), and the
     resolution (s) of the clocks that gave them, for the grid count.
+
+    `camera_resolution`: the coarsest pts unit of the cameras (Matroska/webm: 1 ms). It counts only when
+    the cameras give the extent (no time series, no declared end): the last of 18 frames at 15 fps is
+    stored at 1.133 s, 0.33 ms before its grid point, which must still count.
 
     The clock stream counts even when it is not exported (it is loaded for this alone). Implausible
     sample periods and extents (`robowds.export.core.plausible`) are refused here, before any window exists."""
@@ -125,6 +128,8 @@ def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
     except ExtentError as exc:
         raise EpisodeError(data.episode_id, None, str(exc)) from exc
     _refuse(data, None, extent_problem(start, end, list(series.values()) or cameras, spec.max_episode_s))
+    if not series and data.end_s is None:
+        resolutions.append(camera_resolution)
     resolution = max([*resolutions, float(np.spacing(abs(start))), float(np.spacing(abs(end)))])
     return start, end, resolution
 
@@ -153,7 +158,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         raise EpisodeError(data.episode_id, spec.clock, "the declared clock stream is missing in this episode",
                            hint="record it, give the episode start_s/end_s, or remove `clock` from store.yaml")
     cameras = _open_videos(data, spec)
-    start, end, resolution = build_extent(data, streams, spec, [c.span() for c in cameras.values()])
+    start, end, resolution = build_extent(data, streams, spec, [c.span() for c in cameras.values()],
+                                          max((c.info.time_base for c in cameras.values()), default=0.0))
     frame_count = grid_frame_count(start, end, spec.fps, resolution)
     static = _static_members(data, spec)
     count, per_window = len(range(0, frame_count, spec.stride)), _window_bytes(spec, streams, static, cameras)
@@ -164,6 +170,9 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     anchors = anchor_frames(frame_count, spec.stride)
     streams = {n: s.shifted(start) for n, s in streams.items()}  # exact: see Stream.shifted
     extent = (0.0, end - start)  # relative to `start`, as the streams
+    # the grid's last point, when counted within the clocks' resolution after `end` (a camera-only
+    # extent in ms pts), is still inside the episode for frame selection
+    camera_end = max(end, start + (frame_count - 1) / spec.fps)
     report = windows_out.report
     report.update(episode_id=data.episode_id, duration_s=end - start, candidates=int(len(anchors)),
                   emitted=0, dropped_min_valid=0,
@@ -190,7 +199,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         for name, camera in cameras.items():
             q = query_times(start, spec.fps, chunk, spec.videos[name][0])  # [W, n]
             try:
-                picks[name], masks[name] = camera.select(q, (start, end))  # [W, n], [W, n]
+                picks[name], masks[name] = camera.select(q, (start, camera_end))  # [W, n], [W, n]
             except VideoError as exc:
                 raise EpisodeError(data.episode_id, name, str(exc), hint="re-encode the video") from exc
         for name, stream in streams.items():
@@ -337,7 +346,7 @@ def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"
     for name, (_, options) in spec.videos.items():
         video = data.videos[name]
         try:
-            cameras[name] = VideoWindows(Path(video["file"]), video, options)
+            cameras[name] = VideoWindows(video["file"], video, options)  # a Path, or a StoreFile (remote store)
         except VideoSizeError as exc:
             raise EpisodeError(data.episode_id, name, f"video file {video['path']!r}: {exc}",
                                hint=f"change streams.{name}.crop / resize / encoding in the export config") from exc
