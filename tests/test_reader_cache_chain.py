@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,8 +22,8 @@ from fsspec.implementations.cache_mapper import create_cache_mapper
 
 from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
 
-from exports import export_synthetic
-from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
+from fault_proxy import FaultProxy, moto_client
+from remote_export import exported, s3  # noqa: F401 (fixtures)
 from test_reader_remote import canonical
 
 pytest.importorskip("moto")
@@ -31,19 +31,6 @@ pytest.importorskip("s3fs")
 
 FAST = RetryPolicy(attempts=4, backoff_s=0.01, max_backoff_s=0.05, timeout_s=5.0)
 CHAINS = ["simplecache", "filecache", "blockcache"]
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_synthetic(tmp_path_factory.mktemp("chain"), 3, 2, "--stride", "8",
-                            "--set", "shard.max_samples=8", "--set", "shard.min_shards=1",
-                            "--set", "exclude=[overview]")
-
-
-@pytest.fixture(scope="module")
-def s3(exported: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
-    with s3_behind_proxy({"ds": exported}) as (proxy, options):
-        yield proxy, options
 
 
 @pytest.fixture(scope="module")

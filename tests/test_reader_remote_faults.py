@@ -6,7 +6,7 @@ the retry waits are reproducible; a sample-per-request read still works the same
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -14,8 +14,8 @@ from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.remote import RangeReader, RemoteReadError
 from robowds.reader.source import ShardReadError, remote_filesystem
 
-from exports import export_synthetic
-from fault_proxy import FaultProxy, s3_behind_proxy
+from fault_proxy import FaultProxy
+from remote_export import exported, s3  # noqa: F401 (fixtures)
 from test_reader_remote import canonical
 
 pytest.importorskip("moto")
@@ -23,19 +23,6 @@ pytest.importorskip("s3fs")
 
 FAST = RetryPolicy(attempts=8, backoff_s=0.01, max_backoff_s=0.05, timeout_s=2.0)
 URL = "s3://robots/ds/manifest.json"
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_synthetic(tmp_path_factory.mktemp("faults"), 3, 2, "--stride", "8",  # 36 samples, 5 shards
-                            "--set", "shard.max_samples=8", "--set", "shard.min_shards=1",
-                            "--set", "exclude=[overview]")
-
-
-@pytest.fixture(scope="module")
-def s3(exported: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
-    with s3_behind_proxy({"ds": exported}) as (proxy, options):
-        yield proxy, options
 
 
 def batches(source: Any, workers: int = 0, **kwargs: Any) -> list[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,8 +18,8 @@ from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.shard_cache import SHARD, ShardCache
 from robowds.reader.source import ShardReadError
 
-from exports import export_synthetic
-from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
+from fault_proxy import FaultProxy, moto_client
+from remote_export import exported, s3  # noqa: F401 (fixtures)
 from test_reader_remote import canonical
 
 pytest.importorskip("moto")
@@ -27,19 +27,6 @@ pytest.importorskip("s3fs")
 
 FAST = RetryPolicy(attempts=6, backoff_s=0.01, max_backoff_s=0.05, timeout_s=2.0)
 URL = "s3://robots/ds/manifest.json"
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_synthetic(tmp_path_factory.mktemp("cache"), 3, 2, "--stride", "8",  # 36 samples, 5 shards
-                            "--set", "shard.max_samples=8", "--set", "shard.min_shards=1",
-                            "--set", "exclude=[overview]")
-
-
-@pytest.fixture(scope="module")
-def s3(exported: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
-    with s3_behind_proxy({"ds": exported}) as (proxy, options):
-        yield proxy, options
 
 
 @pytest.fixture(scope="module")
