@@ -59,6 +59,7 @@ class FaultProxy(socketserver.ThreadingTCPServer):
         self.spoiled: dict[tuple[str, str, str], int] = {}
         self.latency_s, self.reset_every, self.connections = 0.0, 0, 0
         self.requests: Counter[tuple[str, str]] = Counter()  # (method, path) -> requests seen
+        self.ranges: list[tuple[str, str, str]] = []  # (method, path, Range header or "") of every request
         self.lock = threading.Lock()
 
     @property
@@ -74,6 +75,7 @@ class FaultProxy(socketserver.ThreadingTCPServer):
             self.latency_s, self.reset_every = latency_s, reset_every
             self.count, self.faults, self.spoiled, self.connections = 0, 0, {}, 0
             self.requests = Counter()
+            self.ranges = []
 
     def gets(self, suffix: str = ".tar") -> int:
         """GET requests seen (faulty ones included) for paths ending in `suffix`."""
@@ -92,6 +94,7 @@ class FaultProxy(socketserver.ThreadingTCPServer):
     def fault_for(self, method: str, path: str, headers: dict[str, str]) -> str | None:
         with self.lock:
             self.requests[(method, path)] += 1
+            self.ranges.append((method, path, headers.get("range", "")))
             if (self.mode is None or self.only not in path
                     or not path.split("?")[0].endswith(self.suffix)):
                 return None

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from robowds.export.cli.storage import add_storage_options_argument, storage_options
 from robowds.export.errors import UserError
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ EXECUTORS = ("local", "ray")  # export/job/executor.py: ExecutorChoice.kind
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a store to WebDataset shards + manifest")
-    p.add_argument("store", type=Path, help="episode store folder")
+    p.add_argument("store", help="episode store: a folder, or an fsspec URL (s3://bucket/store; --storage-options)")
     p.add_argument("out", type=Path, help="output folder for shards and manifest.json")
     p.add_argument("--config", type=Path, help="export config YAML (see README)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: all cores; 1 = in-process); the output is identical")
     add_executor_arguments(p)
+    add_storage_options_argument(p)
     p.add_argument("--overwrite", action="store_true",
                    help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, "
                         "and only once the new export is complete; your own files stay)")
@@ -70,12 +72,14 @@ def overrides(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from robowds.export.job.config import load_config
     from robowds.export.job.run import run_export
+    from robowds.export.store.location import store_location
 
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}", hint="--workers 1 runs in-process")
     choice = executor_choice(args)
     config = load_config(args.config, overrides(args))
-    summary = run_export(args.store, args.out, config, workers=args.workers, overwrite=args.overwrite,
+    store = store_location(args.store, storage_options(args))
+    summary = run_export(store, args.out, config, workers=args.workers, overwrite=args.overwrite,
                          progress=not (args.quiet or args.json), executor=choice)
     print(json.dumps(summary.to_json(), indent=1) if args.json else summary.line())
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from robowds.reader.manifest import FORMAT, FORMAT_VERSION, LAYOUT_VERSION
 if TYPE_CHECKING:
     from robowds.export.job.spec import JobSpec
     from robowds.export.media.images import ImageOptions
+    from robowds.export.store.location import StoreLocation
     from robowds.export.store.schema import StoreSchema
 
 
@@ -138,7 +138,7 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
     version = FORMAT_VERSION if job.build.layout == "members" else LAYOUT_VERSION  # older readers refuse npz
     return {"format": FORMAT, "format_version": version, "tool_version": __version__, "job_id": job_id,
             "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,
-            "splits": splits, "stats": stats, "report": export_report(schema.root, records, shards, split_names)}
+            "splits": splits, "stats": stats, "report": export_report(schema.location, records, shards, split_names)}
 
 
 def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -200,7 +200,7 @@ def _float32_report(records: list[dict[str, Any]]) -> dict[str, Any]:
             for name, (ep, loss) in sorted(found.items())}
 
 
-def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[str, Any]],
+def export_report(store: "StoreLocation", records: list[dict[str, Any]], shards: list[dict[str, Any]],
                   split_names: list[str]) -> dict[str, Any]:
     """Repairs, rejected episodes, masking, per-split counts and storage amplification: nothing the
     export did is silent. `split_names`: the splits the config and the store ask for.
@@ -220,7 +220,7 @@ def export_report(store: Path, records: list[dict[str, Any]], shards: list[dict[
             m = masked.setdefault(name, [0, 0])
             m[0] += rep["masked_steps"][name]
             m[1] += steps
-    source_bytes = sum(p.stat().st_size for p in Path(store).rglob("*") if p.is_file())
+    source_bytes = store.total_bytes()
     output_bytes = sum(s["bytes"] for s in shards)
     lossy = _float32_report(good)
     missing: dict[str, list[str]] = {}  # field -> episodes that did not record it

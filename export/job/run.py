@@ -36,6 +36,7 @@ from robowds.export.job.report import SplitStats, build_manifest, report_warning
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
+from robowds.export.store.location import StoreLocation, store_location
 from robowds.export.store.schema import fingerprint
 
 WORK_DIR = ".robowds-work"
@@ -114,15 +115,18 @@ def _batches(items: list[str], size: int) -> Iterable[list[str]]:
         yield items[i:i + size]
 
 
-def run_export(store: Path, out: Path, config: dict[str, Any], workers: int = 1, overwrite: bool = False,
-               progress: bool = True, executor: ExecutorChoice = LOCAL) -> Summary:
+def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, Any], workers: int = 1,
+               overwrite: bool = False, progress: bool = True, executor: ExecutorChoice = LOCAL) -> Summary:
     """`executor` picks where the tasks run (the bytes are the same for every choice); `workers` is the
-    process pool's size, or the CPUs of a new local Ray instance."""
+    process pool's size, or the CPUs of a new local Ray instance. `store`: a folder, or a `StoreLocation`
+    (an fsspec URL and its storage options: `store_location("s3://bucket/store", {...})`)."""
     began = time.perf_counter()
     executor.check_available()  # before anything is written
-    store, out = Path(store).resolve(), Path(out).resolve()
-    if out == store or store in out.parents:  # the store's fingerprint would change with every run
-        raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
+    store, out = store_location(store), Path(out).resolve()
+    if store.local:
+        store = StoreLocation(str(store.path.resolve()))
+        if out == store.path or store.path in out.parents:  # the store's fingerprint would change with every run
+            raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
     job, resolved = resolve(store, config)
     source = fingerprint(store)
     job_id = _job_id(source, resolved)
@@ -154,7 +158,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
     schema = job.schema
     executor = choice.make(workers)
     try:
-        executor.check_shared(work, [schema.root, *schema.media_roots])  # tasks read these, write into work
+        executor.check_shared(work, schema.local_folders())  # tasks read these, write into work
         ids = schema.episode_ids
         per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * executor.workers)))
         with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:

@@ -39,7 +39,8 @@ def source_bytes(data: EpisodeData) -> int:
     total += sum(len(b) for b, _ in data.images.values()) + sum(v.nbytes for v in data.values.values())
     for video in data.videos.values():
         try:
-            total += Path(video["file"]).stat().st_size
+            file = video["file"]  # a Path, or a StoreFile of a store in object storage (one HEAD)
+            total += file.stat().st_size if isinstance(file, Path) else file.size()
         except (OSError, KeyError):
             pass
     return total

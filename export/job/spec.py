@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from robowds.export.core.shard_plan import assign_splits, key_prefixes
 from robowds.export.errors import UserError
 from robowds.export.job.build import BuildSpec
 from robowds.export.job.config import (check_bool_interpolation, check_field_keys, image_options, shard_layout,
                                        stream_dtype, stream_window, video_options)
 from robowds.export.store.episodes import series_widths
+from robowds.export.store.location import StoreLocation
 from robowds.export.store.schema import StoreSchema, invalid_utf8_row, open_store
 
 
@@ -41,7 +40,7 @@ class JobSpec:
         return [*self.fields, clock] if clock is not None and clock not in self.fields else list(self.fields)
 
 
-def resolve(store: Path, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any]]:
+def resolve(store: Path | StoreLocation, config: dict[str, Any]) -> tuple[JobSpec, dict[str, Any]]:
     """Open the store and resolve the config against it (the plan's pure part)."""
     schema = open_store(store)
     schema.raise_if_errors()
@@ -94,7 +93,7 @@ def _declared_splits(schema: StoreSchema) -> dict[str, str]:
     table = schema.reserved.get("split")
     if table is None:
         return {}
-    data = pq.read_table(schema.root / table, columns=["episode_id", "split"])
+    data = schema.location.parquet(table).read(columns=["episode_id", "split"])
     try:
         cols = data.to_pydict()
     except UnicodeDecodeError as exc:  # open_store checked the ids, so it is the split column

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -158,7 +157,7 @@ class EpisodeLoader:
     def __init__(self, schema: StoreSchema, fields: list[str]) -> None:
         self.schema = schema
         self.fields = fields
-        self.root = schema.root
+        self._tables: dict[str, pq.ParquetFile] = {}  # opened once per loader: a remote footer is a GET
 
     def load(self, episode_ids: list[str]) -> Iterator[EpisodeData | EpisodeError]:
         """Episodes in the given order, or the error that makes one unreadable (the batch goes on);
@@ -194,7 +193,9 @@ class EpisodeLoader:
             group, row = self.schema.rows[table][ep]
             key = (table, group)
             if key not in cache:
-                part = pq.ParquetFile(self.root / table).read_row_group(group, columns=wanted + extras)
+                if table not in self._tables:
+                    self._tables[table] = self.schema.location.parquet(table)
+                part = self._tables[table].read_row_group(group, columns=wanted + extras)
                 cache[key] = {c: part.column(c).combine_chunks() for c in wanted + extras}
             columns = cache[key]
             for col in wanted:
@@ -240,10 +241,15 @@ class EpisodeLoader:
         elif spec.kind == "video":
             video = dict(value) if isinstance(value, dict) else {"path": value, "fps": spec.fps}
             try:
-                video["file"] = str(self.schema.media_path(str(video["path"])))
+                video["file"] = self.schema.media_path(str(video["path"]))  # a Path, or a StoreFile (remote)
             except MediaPathError as exc:
                 raise EpisodeError(ep, name, str(exc), hint=exc.hint) from exc
-            if not Path(video["file"]).is_file():
+            try:
+                found = video["file"].is_file()
+            except OSError as exc:  # a store in object storage: access denied, connection lost
+                raise EpisodeError(ep, name, f"video file {video['path']!r} cannot be read: {exc}",
+                                   hint=getattr(exc, "hint", None) or media_hint(spec)) from exc
+            if not found:
                 raise EpisodeError(ep, name, f"video file {video['path']!r} is missing", hint=media_hint(spec))
             data.videos[name] = video
         elif spec.kind == "image":
@@ -260,7 +266,7 @@ class EpisodeLoader:
             except MediaPathError as exc:
                 raise EpisodeError(ep, name, str(exc), hint=exc.hint) from exc
             except OSError as exc:
-                raise EpisodeError(ep, name, f"image file {value!r} cannot be read: {exc.strerror}",
+                raise EpisodeError(ep, name, f"image file {value!r} cannot be read: {exc.strerror or exc}",
                                    hint=media_hint(self.schema.fields[name])) from exc
         ext = image_ext(blob)
         if ext is None:
@@ -320,7 +326,7 @@ def series_widths(schema: StoreSchema, names: list[str]) -> dict[str, int]:
         by_table.setdefault(schema.fields[name].table, []).append(name)
     for table, fields in sorted(by_table.items()):
         todo = set(fields)
-        for batch in pq.ParquetFile(schema.root / table).iter_batches(batch_size=64, columns=sorted(todo)):
+        for batch in schema.location.parquet(table).iter_batches(batch_size=64, columns=sorted(todo)):
             for name in sorted(todo):
                 spec, column = schema.fields[name], batch.column(name)
                 load = _typed_series if spec.layout == "typed" else _series

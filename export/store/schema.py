@@ -8,10 +8,9 @@ can report all of them; `StoreSchema.raise_if_errors` turns them into one user e
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,8 @@ import pyarrow.parquet as pq
 
 from robowds.export.core.resample import METHODS, QUAT_ORDERS
 from robowds.export.errors import UserError
-from robowds.export.store.yamlio import YamlError, load_file
+from robowds.export.store.location import RemoteStoreError, StoreFile, StoreLocation, media_rel, store_location
+from robowds.export.store.yamlio import YamlError, load_bytes
 from robowds.reader.format import FIELD_RE, MASK_SUFFIX, META_FIELD
 
 KINDS = ("timeseries", "video", "image", "text", "value")
@@ -79,7 +79,7 @@ class FieldSpec:
 
 @dataclass
 class StoreSchema:
-    root: Path
+    location: StoreLocation  # a local folder or an fsspec URL (export/store/location.py)
     tables: dict[str, list[str]]  # parquet file -> its field columns
     fields: dict[str, FieldSpec]
     episode_ids: list[str]  # sorted
@@ -90,9 +90,26 @@ class StoreSchema:
     # store.yaml `media_roots`, resolved: folders outside the store that media may live in (opt-in)
     media_roots: tuple[Path, ...] = ()
 
-    def media_path(self, rel: str) -> Path:
-        """A media path from a table, resolved and confined to the store or a declared media root."""
-        return safe_media_path(self.root, rel, self.media_roots)
+    @property
+    def root(self) -> Path | str:
+        """The store's folder, or its URL when it is in object storage (for messages)."""
+        return self.location.path if self.location.local else self.location.url
+
+    def media_path(self, rel: str) -> Path | StoreFile:
+        """A media path from a table, resolved and confined to the store or a declared media root;
+        a `StoreFile` (opened by range) when the store is in object storage."""
+        if self.location.local:
+            return safe_media_path(self.location.path, rel, self.media_roots)
+        try:
+            return StoreFile(self.location, media_rel(rel))
+        except ValueError:
+            raise MediaPathError(f"media path {rel!r} must be relative to the store and stay inside it",
+                                 hint="write paths relative to the store URL, without `..`, a leading `/` or a "
+                                      "URL scheme") from None
+
+    def local_folders(self) -> list[Path]:
+        """The folders export tasks read from the local file system (every Ray node must see them)."""
+        return [self.location.path, *self.media_roots] if self.location.local else []
 
     @property
     def errors(self) -> list[Problem]:
@@ -201,19 +218,19 @@ def invalid_utf8_row(column: pa.Array | pa.ChunkedArray) -> int | None:
     return None
 
 
-def _load_declarations(root: Path, problems: list[Problem]
+def _load_declarations(location: StoreLocation, problems: list[Problem]
                        ) -> tuple[dict[str, dict[str, Any]], str | None, tuple[Path, ...]]:
-    path = root / STORE_YAML
-    if not path.exists():
-        return {}, None, ()
+    where = location.join(STORE_YAML)
     try:
-        doc = load_file(path) or {}
+        if not ((location.path / STORE_YAML).exists() if location.local else location.is_file(STORE_YAML)):
+            return {}, None, ()
+        doc = load_bytes(location.read_bytes(STORE_YAML), where) or {}
     except YamlError as exc:
-        problems.append(Problem("error", f"{STORE_YAML} is {exc.reason}", hint=f"fix {path}"))
+        problems.append(Problem("error", f"{STORE_YAML} is {exc.reason}", hint=f"fix {where}"))
         return {}, None, ()
     except OSError as exc:
         problems.append(Problem("error", f"{STORE_YAML} cannot be read: {exc.strerror or exc}",
-                                hint=f"make {path} a readable YAML file, or remove it"))
+                                hint=f"make {where} a readable YAML file, or remove it"))
         return {}, None, ()
     if not isinstance(doc, dict):
         problems.append(Problem("error", f"{STORE_YAML} must be a mapping",
@@ -244,7 +261,13 @@ def _load_declarations(root: Path, problems: list[Problem]
         if bad:
             problems.append(Problem("error", f"{STORE_YAML}: unknown declaration key(s) {sorted(bad)}",
                                     field=name, hint=f"known: {', '.join(sorted(DECL_KEYS))}"))
-    return decls, clock, _media_roots(root, doc.get("media_roots"), problems)
+    if not location.local and doc.get("media_roots") is not None:
+        problems.append(Problem("error", f"{STORE_YAML}: media_roots is for a store in a local folder; a store "
+                                f"in object storage reads media under its own URL only ({location.url})",
+                                hint="copy the media under the store's prefix and remove media_roots"))
+        return decls, clock, ()
+    media_roots = _media_roots(location.path, doc.get("media_roots"), problems) if location.local else ()
+    return decls, clock, media_roots
 
 
 def _media_roots(root: Path, value: Any, problems: list[Problem]) -> tuple[Path, ...]:
@@ -320,26 +343,36 @@ def _apply(spec: FieldSpec, decl: dict[str, Any], problems: list[Problem]) -> Fi
                      layout=spec.layout)
 
 
-def open_store(root: Path) -> StoreSchema:
-    """Read the store's structure (not its data) and collect every structural problem."""
-    root = Path(root)
-    if not root.is_dir():
-        raise UserError(f"store {root} is not a folder", hint="pass the folder that holds the Parquet tables")
+def open_store(root: Path | str | StoreLocation) -> StoreSchema:
+    """Read the store's structure (not its data) and collect every structural problem. `root`: a
+    folder, or a `StoreLocation` (a URL with its storage options; export/store/location.py)."""
+    location = store_location(root)
+    try:
+        return _open_store(location)
+    except RemoteStoreError as exc:  # the bucket or prefix cannot be listed or a table read at all
+        raise UserError(f"store {exc}", hint=getattr(exc, "hint", None)) from exc
+
+
+def _open_store(location: StoreLocation) -> StoreSchema:
+    where = "folder" if location.local else "URL"
+    if not location.is_dir():
+        raise UserError(f"store {location} is not a {where}" + ("" if location.local else " with objects under it"),
+                        hint="pass the folder that holds the Parquet tables" if location.local else
+                        "pass the URL of the prefix that holds the Parquet tables (s3://bucket/path/to/store)")
     problems: list[Problem] = []
-    table_paths = sorted(root.glob("*.parquet"))
-    if not table_paths:
-        raise UserError(f"store {root} has no *.parquet tables", hint="see the README, section 'The episode store'")
-    decls, clock, media_roots = _load_declarations(root, problems)
+    table_names = location.tables()
+    if not table_names:
+        raise UserError(f"store {location} has no *.parquet tables", hint="see the README, section 'The episode store'")
+    decls, clock, media_roots = _load_declarations(location, problems)
     tables: dict[str, list[str]] = {}
     fields: dict[str, FieldSpec] = {}
     rows: dict[str, dict[str, tuple[int, int]]] = {}
     reserved: dict[str, str] = {}
     id_sets: dict[str, set[str]] = {}
     unread: set[str] = set()  # columns of tables that could not be opened: no second error for them
-    for path in table_paths:
-        name = path.name
+    for name in table_names:
         try:
-            pfile = pq.ParquetFile(path)
+            pfile = location.parquet(name)
             schema = pfile.schema_arrow
             if "episode_id" not in schema.names:
                 problems.append(Problem("error", f"table {name} has no episode_id column",
@@ -448,41 +481,29 @@ def open_store(root: Path) -> StoreSchema:
                                     hint="every table needs one row per episode"))
     if not fields:
         problems.append(Problem("error", "the store has no fields besides episode_id"))
-    return StoreSchema(root=root, tables={t: c for t, c in tables.items()}, fields=fields,
+    return StoreSchema(location=location, tables={t: c for t, c in tables.items()}, fields=fields,
                        episode_ids=sorted(all_ids), rows=rows, reserved=reserved, clock=clock, problems=problems,
                        media_roots=media_roots)
 
 
-def _store_files(root: Path) -> list[Path]:
-    """Every file under the store, following linked folders (a media folder linked in under
-    `media_roots`; `rglob` does not descend into those), each real folder once so a link loop ends.
-    Sorted as paths, the order the fingerprint always used."""
-    found, seen = [], set()
-    for folder, dirs, files in os.walk(root, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        found += [Path(folder) / name for name in files if (Path(folder) / name).is_file()]
-    return sorted(found)
-
-
-def fingerprint(root: Path) -> str:
+def fingerprint(root: Path | StoreLocation) -> str:
     """sha256 over the tables and declarations (content) and the media files (path and size), linked
-    ones included."""
+    ones included. The same files give the same fingerprint in a folder and in object storage."""
+    location = store_location(root)
     digest = hashlib.sha256()
-    for path in _store_files(Path(root)):
-        rel = path.relative_to(root).as_posix()
-        digest.update(rel.encode() + b"\0")
-        if path.suffix == ".parquet" or path.name == STORE_YAML:
-            table = hashlib.sha256()
-            with open(path, "rb") as fh:  # streamed: tables can be larger than memory
-                for chunk in iter(lambda: fh.read(1 << 22), b""):
+    try:
+        for rel, size in location.files():
+            digest.update(rel.encode() + b"\0")
+            name = PurePosixPath(rel)
+            if name.suffix == ".parquet" or name.name == STORE_YAML:
+                table = hashlib.sha256()
+                for chunk in location.iter_chunks(rel):  # streamed: tables can be larger than memory
                     table.update(chunk)
-            digest.update(table.digest())
-        else:
-            digest.update(str(path.stat().st_size).encode())
+                digest.update(table.digest())
+            else:
+                digest.update(str(size).encode())
+    except RemoteStoreError as exc:
+        raise UserError(f"store {exc}", hint=getattr(exc, "hint", None)) from exc
     return digest.hexdigest()
 
 

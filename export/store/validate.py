@@ -19,6 +19,7 @@ from robowds.export.core.precision import PrecisionLoss, float32_loss, loss_fix,
 from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, probe_video
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
+from robowds.export.store.location import StoreFile, StoreLocation
 from robowds.export.store.schema import MediaPathError, Problem, StoreSchema, media_hint, open_store
 
 FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
@@ -128,14 +129,14 @@ def _bounded(problems: list[Problem]) -> list[str]:
     return lines
 
 
-def validate_store(root: Path, progress: bool = False, max_episode_s: float = MAX_EPISODE_S) -> StoreReport:
+def validate_store(root: Path | StoreLocation, progress: bool = False, max_episode_s: float = MAX_EPISODE_S) -> StoreReport:
     """`max_episode_s`: longer episodes are errors, as in the export (config `max_episode_s`).
 
     Every problem of every episode is collected, not only an episode's first. With structural problems
     (from `open_store`) the data pass still runs over the fields they do not name, so their rates and
     data problems are shown too; the episode extents are then not checked (the clock or `start_s` /
     `end_s` may be among the broken parts)."""
-    schema = open_store(Path(root))
+    schema = open_store(root)
     report = StoreReport(schema, problems=list(schema.problems))
     broken_fields = {p.field for p in schema.errors if p.field is not None}
     loader = EpisodeLoader(schema, [name for name in schema.fields if name not in broken_fields])
@@ -202,7 +203,13 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
         except MediaPathError as exc:
             report.problems.append(Problem("error", str(exc), ep, name, hint=exc.hint))
             continue
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError as exc:  # a store in object storage: access denied, connection lost
+            report.problems.append(Problem("error", f"video file {video.get('path')!r} cannot be read: {exc}", ep,
+                                           name, hint=getattr(exc, "hint", None)))
+            continue
+        if not found:
             report.problems.append(Problem("error", f"video file {video.get('path')!r} is missing", ep, name,
                                            hint=media_hint(schema.fields[name])))
             continue
@@ -222,7 +229,7 @@ def _check_episode(schema: StoreSchema, data: EpisodeData, report: StoreReport,
         report.problems.append(Problem("error", implausible.message, ep, hint=implausible.hint))
 
 
-def _check_video(path: Path, video: dict, ep: str, name: str, report: StoreReport) -> tuple[float, float] | None:
+def _check_video(path: Path | StoreFile, video: dict, ep: str, name: str, report: StoreReport) -> tuple[float, float] | None:
     """Declared fps against the container's real timestamps, and the segment against the file.
 
     Returns the episode times of the segment's first and last frame (None if unreadable or empty)."""

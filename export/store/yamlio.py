@@ -47,10 +47,14 @@ def load_text(text: str, where: str) -> Any:
 def load_file(path: Path) -> Any:
     """Parse a YAML file; a file that is not UTF-8 text (e.g. binary) is a `YamlError`, not a crash.
     OSError (missing, a folder, unreadable) is left to the caller, which knows what the file is for."""
-    data = Path(path).read_bytes()
+    return load_bytes(Path(path).read_bytes(), str(path))
+
+
+def load_bytes(data: bytes, where: str) -> Any:
+    """Parse a YAML file's bytes (read from a folder or object storage); `where` names the file."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise YamlError(str(path), f"not a YAML text file: byte {exc.start} ({data[exc.start:exc.start + 1]!r}) "
+        raise YamlError(where, f"not a YAML text file: byte {exc.start} ({data[exc.start:exc.start + 1]!r}) "
                         "is not UTF-8") from exc
-    return load_text(text, str(path))
+    return load_text(text, where)
