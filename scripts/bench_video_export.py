@@ -7,7 +7,7 @@ The store: `robowds convert lerobot` of the vendored tests/data/real/unitree_g1_
 episodes, 736 frames of AV1 640x480 at 30 fps, 26-D state and action, task text). The export (in this
 process, `--workers 1`, every repeat into a fresh folder): a 30 Hz grid, stride 1, every stream 2 steps
 (1 frame of history and the anchor's), the camera centre-cropped to 480x480 and scaled to 224x224, as
-`jpg` and as `mp4`; one window per source frame. The whole job is timed (plan, map, shards, manifest):
+`jpg`, as `mp4` and as `mp4-intra`; one window per source frame. The whole job is timed (plan, map, shards, manifest):
 not the interpreter's start-up.
 
 Decode-only: every frame of both videos decoded with PyAV as the export decodes them (one thread, no
@@ -16,14 +16,17 @@ then spends at most 3/7 of the decode time on everything else). Figures are the 
 runs, wall clock and CPU time of this process both (on a shared machine the CPU time is the steadier).
 
 Breakdown, per window (= per frame): decode (the decode-only time), conversion (crop, scale, to RGB:
-`robowds.export.media.planes.FrameConverter` on every decoded frame), encode (jpg: one JPEG per frame;
-mp4: one yuv420p conversion per frame and one 2-frame clip per window), and the rest of the export
-(time series, tar members, staging and shard files, manifest) = export - the three. The conversion
-the export did before (RGB first, crop, scale the RGB crop) is timed too, for comparison.
+`robowds.export.media.planes.FrameConverter` on every decoded frame, RGBX for jpg as the export does),
+encode (jpg: one JPEG per frame; mp4: one yuv420p conversion per frame and one 2-frame clip per
+window; mp4-intra: one yuv420p conversion and one intra packet per frame, one mux per window), and the
+rest of the export (time series, tar members, staging and shard files, manifest) = export - the three.
+The conversion the export did before (RGB first, crop, scale the RGB crop) is timed too, for
+comparison.
 
 `--before REV` also times the same exports with the code of git revision REV (`git archive` of its
 `export/` and `reader/` as the `robowds` package, in a child process, timed inside it the same way),
-so a change is measured against its parent in one run.
+so a change is measured against its parent in one run (jpg and mp4: older revisions have no
+mp4-intra).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ G1 = ROOT / "tests" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
 CAMERA = "observation_images_cam_high"
 SIZE, FPS = (224, 224), 30
 TARGET = 0.70
+ENCODINGS = ("jpg", "mp4", "mp4-intra")
 
 
 def export_args(store: Path, out: Path, encoding: str) -> list[str]:
@@ -127,7 +131,7 @@ def components(videos: list[Path], encoding: str) -> dict[str, tuple[float, floa
     (wall s, CPU s) summed over the frames of all videos."""
     from av.video.reformatter import VideoReformatter
 
-    from robowds.export.media.clips import encode_clip, to_yuv420p
+    from robowds.export.media.clips import IntraClips, encode_clip, to_yuv420p
     from robowds.export.media.geometry import crop_box
     from robowds.export.media.images import jpeg_bytes
     from robowds.export.media.planes import FrameConverter
@@ -142,16 +146,22 @@ def components(videos: list[Path], encoding: str) -> dict[str, tuple[float, floa
 
     for path in videos:
         converter = old = None
-        yuv, previous = VideoReformatter(), None
+        yuv, previous, intra = VideoReformatter(), None, IntraClips(SIZE[0], SIZE[1], FPS)
         for frame in decoded(path):
             if converter is None:
                 box = crop_box(frame.width, frame.height, "center", SIZE)
-                converter = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE)
+                converter = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE,
+                                           rgbx=encoding == "jpg")
                 old = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE, exact=True)
             rgb = add("convert", lambda: converter(frame))  # [224, 224, 3]
             add("convert (before: RGB first)", lambda: old(frame))
             if encoding == "jpg":
                 add("encode", lambda: jpeg_bytes(rgb))
+            elif encoding == "mp4-intra":
+                part = add("encode", lambda: intra.packet(to_yuv420p(rgb, yuv)))
+                pair = [previous or part, part]
+                add("encode", lambda: intra.clip(pair))
+                previous = part
             else:
                 part = add("encode", lambda: to_yuv420p(rgb, yuv))
                 pair = [previous or part, part]  # the window of this frame and the one before
@@ -182,34 +192,34 @@ def main() -> None:
         frames = decode_only(videos)
         best: dict[str, tuple[float, float]] = {}
         for _ in range(args.repeats):  # interleaved, so slow spells of a shared machine hit every row
-            for name in ("decode", "jpg", "mp4"):
+            for name in ("decode", *ENCODINGS):
                 if name == "decode":
                     wall, cpu, _ = timed(lambda: decode_only(videos))
                 else:
                     wall, cpu = export_times(store, Path(tmp) / name, name)
                 old = best.get(name, (float("inf"), float("inf")))
                 best[name] = (min(old[0], wall), min(old[1], cpu))
-        parts = {enc: components(videos, enc) for enc in ("jpg", "mp4")}
+        parts = {enc: components(videos, enc) for enc in ENCODINGS}
         before = before_times(args.before, store, Path(tmp), args.repeats) if args.before else {}
     ms = 1e3 / frames  # seconds over all frames (= windows) -> ms per frame (= per window)
     decode = best["decode"]
     print(f"G1 ({len(videos)} episodes, {frames} frames = windows): AV1 640x480 -> centre crop 480x480 -> 224x224, "
           f"2-frame windows, stride 1; best of {args.repeats}, ms per frame / window, wall | CPU")
     print(f"  decode only (PyAV, one thread, no conversion)   {decode[0] * ms:6.2f} | {decode[1] * ms:6.2f}")
-    for enc in ("jpg", "mp4"):
-        rows = [("export", best[enc])] + ([(f"export at {args.before}", before[enc])] if before else [])
+    for enc in ENCODINGS:
+        rows = [("export", best[enc])] + ([(f"export at {args.before}", before[enc])] if enc in before else [])
         for label, (wall, cpu) in rows:
             ratio = (decode[0] / wall, decode[1] / cpu)
             met = "met" if min(ratio) >= TARGET else ("met on CPU time" if ratio[1] >= TARGET else "missed")
             print(f"  {label} {enc} ms/window{'':<{32 - len(label) - len(enc)}}{wall * ms:6.2f} | {cpu * ms:6.2f}"
                   f"   -> {ratio[0]:.0%} | {ratio[1]:.0%} of the decode-only rate (target {TARGET:.0%}: {met})")
     print("breakdown per window, wall | CPU (rest = export - decode - convert - encode):")
-    for enc in ("jpg", "mp4"):
+    for enc in ENCODINGS:
         rows = {"decode": decode, **parts[enc]}
         rest = tuple(best[enc][i] - decode[i] - rows["convert"][i] - rows["encode"][i] for i in (0, 1))
         rows["rest of the export"] = rest
         for name, (wall, cpu) in rows.items():
-            print(f"  {enc:<4} {name:<30} {wall * ms:6.2f} | {cpu * ms:6.2f}")
+            print(f"  {enc:<9} {name:<30} {wall * ms:6.2f} | {cpu * ms:6.2f}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

@@ -95,9 +95,15 @@ def _sited(frame: VideoFrame, siting: str) -> VideoFrame:
 
 def _planes_rule(frame: VideoFrame, box: tuple[int, int, int, int], size: tuple[int, int] | None,
                  chroma_shift: tuple[int, int] | None, siting: str | None = None) -> np.ndarray:
-    """The documented rule, computed independently: numpy crop of each decoded plane into a fresh frame
-    (colour tags and, where the decoder set one, chroma siting copied), swscale bilinear in the same
-    pixel format to `size`, then swscale to RGB."""
+    """The documented rule, computed independently: `_planes_scaled`, then swscale to RGB."""
+    out = _planes_scaled(frame, box, size, chroma_shift, siting)
+    return VideoReformatter().reformat(out, format="rgb24", threads=1).to_ndarray()
+
+
+def _planes_scaled(frame: VideoFrame, box: tuple[int, int, int, int], size: tuple[int, int] | None,
+                   chroma_shift: tuple[int, int] | None, siting: str | None = None) -> VideoFrame:
+    """The plane rule before RGB: numpy crop of each decoded plane into a fresh frame (colour tags and,
+    where the decoder set one, chroma siting copied), swscale bilinear in the same pixel format to `size`."""
     x, y, w, h = box
     out = VideoFrame(w, h, frame.format.name)
     for i, plane in enumerate(out.planes):
@@ -109,7 +115,7 @@ def _planes_rule(frame: VideoFrame, box: tuple[int, int, int, int], size: tuple[
         out = _sited(out, siting)
     if size is not None:
         out = VideoReformatter().reformat(out, width=size[0], height=size[1], threads=1)
-    return VideoReformatter().reformat(out, format="rgb24", threads=1).to_ndarray()
+    return out
 
 
 def _rgb_first(frame: VideoFrame, box: tuple[int, int, int, int], size: tuple[int, int] | None) -> np.ndarray:
@@ -131,6 +137,33 @@ def test_g1_crop_then_scale_follows_the_plane_rule_and_stays_close_to_rgb_first(
     np.testing.assert_array_equal(got, np.stack([_planes_rule(f, box, (224, 224), (1, 1)) for f in frames]))
     before = np.stack([_rgb_first(f, box, (224, 224)) for f in frames])
     assert 40 < psnr(got, before) < 100  # a different rounding of the same picture (docs: 43 dB on G1)
+
+
+def test_rgbx_output_is_the_rgb_output_and_gives_the_same_jpeg() -> None:
+    """jpg exports hold swscale's RGBX output (no copy) and hand it to Pillow as RGBX: the RGB values and
+    the JPEG bytes must be those of the rgb24 path, for every width that takes it (multiples of 16)."""
+    frames = _g1_frames(3)
+    for box, size in [((80, 0, 480, 480), (224, 224)), ((0, 0, 640, 480), (48, 40)), ((0, 0, 640, 480), (80, 6))]:
+        rgb = FrameConverter(640, 480, "yuv420p", box, size)
+        rgbx = FrameConverter(640, 480, "yuv420p", box, size, rgbx=True)
+        for frame in frames:
+            expected, got = rgb(frame), rgbx(frame)  # [H, W, 3], [H, W, 4]
+            assert got.shape == (size[1], size[0], 4)
+            np.testing.assert_array_equal(got[..., :3], expected)
+            assert jpeg_bytes(got) == jpeg_bytes(expected)
+    # why only multiples of 16: FFmpeg's yuv420p -> rgb0 gets the last columns of 50 wrong (rgb24 is right)
+    small = VideoReformatter().reformat(frames[0], width=50, height=40, threads=1)
+    plane = VideoReformatter().reformat(small, format="rgb0", threads=1).planes[0]
+    wrong = np.frombuffer(plane, np.uint8).reshape(40, plane.line_size // 4, 4)[:, :50, :3]  # [40, 50, 3]
+    right = VideoReformatter().reformat(small, format="rgb24", threads=1).to_ndarray()
+    assert np.array_equal(wrong[:, :48], right[:, :48]) and not np.array_equal(wrong[:, 48:], right[:, 48:])
+    assert FrameConverter(640, 480, "yuv420p", None, (50, 40), rgbx=True)(frames[0]).shape == (40, 50, 3)
+    # a strided RGBX view (rows padded) is copied for Pillow: the same bytes
+    padded = np.zeros((40, 64, 4), np.uint8)
+    padded[:, :50, :3] = right
+    assert not padded[:, :50].flags.c_contiguous and jpeg_bytes(padded[:, :50]) == jpeg_bytes(right)
+    unscaled = FrameConverter(640, 480, "yuv420p", (80, 0, 480, 480), None, rgbx=True)  # the exact path: RGB
+    np.testing.assert_array_equal(unscaled(frames[0]), _rgb_first(frames[0], (80, 0, 480, 480), None))
 
 
 def test_g1_crop_without_scaling_is_the_rgb_frame_cropped() -> None:
@@ -323,3 +356,89 @@ def test_a_chunk_whose_windows_are_all_kept_is_not_copied() -> None:
     assert _kept(np.ones(4, bool))(chunk) is chunk
     some = _kept(np.array([True, False, True, True]))(chunk)
     assert some.shape == (3, 2, 8, 8, 3) and not np.shares_memory(some, chunk)
+
+
+# -- mp4-intra: each frame's intra packet made once, muxed into every window that holds it -------------
+def _alone(picture: VideoFrame) -> np.ndarray:
+    """One yuv420p picture encoded on its own by a fresh all-intra MPEG-4 encoder (quantiser 3) and
+    decoded as the reader decodes clips: [H, W, 3]."""
+    from robowds.reader.decode import decode_member
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as container:
+        stream: Any = container.add_stream("mpeg4", rate=Fraction(10), options={"g": "1", "qmin": "3", "qmax": "3"})
+        stream.width, stream.height, stream.pix_fmt = picture.width, picture.height, "yuv420p"
+        for packet in [*stream.encode(picture), *stream.encode()]:
+            container.mux(packet)
+    (frame,) = decode_member("mp4", buf.getvalue())
+    return frame
+
+
+def _zero_yuv(width: int, height: int) -> VideoFrame:
+    """The zero (black) RGB frame of a padded step in yuv420p."""
+    black = VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
+    return VideoReformatter().reformat(black, format="yuv420p", threads=1)
+
+
+def _packets(clip: bytes) -> list[tuple[float, bool, bytes]]:
+    """(time s, keyframe, data) of every packet of an mp4 clip."""
+    with av.open(io.BytesIO(clip)) as container:
+        stream = container.streams.video[0]
+        assert stream.codec_context.name == "mpeg4"
+        return [(float(p.pts * p.time_base), p.is_keyframe, bytes(p)) for p in container.demux(stream) if p.size]
+
+
+def test_mp4_intra_windows_are_standalone_clips_of_frames_encoded_once(tmp_path: Path) -> None:
+    from robowds.reader.decode import decode_member
+    from robowds.reader.format import decode_npy
+
+    store = _yuv_store(tmp_path)
+    _export(store, tmp_path / "raw", "raw")
+    raw = {k: decode_npy(v) for k, v in _members(tmp_path / "raw", "cam.npy").items()}  # [2, 48, 48, 3] each
+    _export(store, tmp_path / "intra", "mp4-intra")
+    clips = _members(tmp_path / "intra", "cam.mp4")
+    with av.open(str(store / "media" / "cam.mp4")) as container:
+        source = list(container.decode(video=0))  # mpeg4: left-sited chroma
+    box = (16, 0, 64, 64)  # centre crop of 96x64
+    assert clips.keys() == raw.keys() and len(clips) == 20
+    for key, frames in raw.items():
+        packets = _packets(clips[key])
+        assert [(t, kf) for t, kf, _ in packets] == [(0.0, True), (0.1, True)], key  # frame i at i / 10 Hz
+        decoded = decode_member("mp4", clips[key])  # [2, 48, 48, 3], as the reader decodes it
+        k = int(key[-6:])
+        # each frame decodes as if encoded alone: the plane rule's scaled yuv420p picture, no RGB between
+        # (the padded step: the zero RGB frame in yuv420p)
+        first = _zero_yuv(48, 48) if k == 0 else _planes_scaled(source[k - 1], box, (48, 48), (1, 1), "left")
+        for stored, picture in zip(decoded, [first, _planes_scaled(source[k], box, (48, 48), (1, 1), "left")]):
+            np.testing.assert_array_equal(stored, _alone(picture), err_msg=key)
+        assert psnr(decoded[1], frames[1]) > 35, key  # against the stored RGB (raw)
+    for k in range(1, 19):  # the frame shared by windows k and k + 1 is one packet, muxed into both
+        assert _packets(clips[f"ep0_{k:06d}"])[1][2] == _packets(clips[f"ep0_{k + 1:06d}"])[0][2]
+    manifest = parse_manifest((tmp_path / "intra" / "manifest.json").read_bytes())
+    assert manifest["schema"]["cam"]["encoding"] == "mp4-intra"
+    _export(store, tmp_path / "again", "mp4-intra")
+    assert _members(tmp_path / "again", "cam.mp4") == clips  # byte-reproducible
+
+
+def test_mp4_intra_without_the_plane_path_encodes_the_stored_rgb(tmp_path: Path) -> None:
+    """No scaling (resize = the crop): no plane path, the stored RGB frames go to yuv420p and the encoder."""
+    from robowds.reader.decode import decode_member
+    from robowds.reader.format import decode_npy
+
+    store = _yuv_store(tmp_path, frames=4)
+    _export(store, tmp_path / "raw", "raw", "streams.cam.resize=[64, 64]")
+    _export(store, tmp_path / "intra", "mp4-intra", "streams.cam.resize=[64, 64]")
+    raw = {k: decode_npy(v) for k, v in _members(tmp_path / "raw", "cam.npy").items()}  # [2, 64, 64, 3] each
+    clips = _members(tmp_path / "intra", "cam.mp4")
+    for key, frames in raw.items():
+        for stored, frame in zip(decode_member("mp4", clips[key]), frames):
+            rgb = VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+            np.testing.assert_array_equal(stored, _alone(VideoReformatter().reformat(rgb, format="yuv420p")))
+
+
+def test_mp4_intra_needs_an_even_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _yuv_store(tmp_path, frames=4)
+    args = ["export", str(store), str(tmp_path / "out"), "--quiet", "--set", "streams.cam.encoding=mp4-intra",
+            "--set", "streams.cam.resize=[47, 48]"]
+    assert main(args) != 0
+    assert "mp4-intra encoding needs an even frame size, got 47x48" in capsys.readouterr().err

@@ -29,11 +29,20 @@ class ImageOptions:
 
 
 def jpeg_bytes(image: np.ndarray) -> bytes:
-    """One uint8 [H, W, 3] (or [H, W]) picture as JPEG (fixed quality, no EXIF/ICC: deterministic)."""
+    """One uint8 [H, W, 3] (or [H, W]) picture as JPEG (fixed quality, no EXIF/ICC: deterministic).
+
+    [H, W, 4] is RGBX (the 4th byte ignored): Pillow keeps RGB in 4 bytes per pixel itself, so it maps
+    contiguous RGBX without a copy, where [H, W, 3] is copied in; libjpeg gets the same RGB rows either
+    way and the bytes are the same (tests/test_video_planes.py)."""
     from PIL import Image
 
     buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="JPEG", quality=JPEG_QUALITY)
+    if image.ndim == 3 and image.shape[2] == 4:
+        height, width = image.shape[:2]
+        picture = Image.frombuffer("RGBX", (width, height), np.ascontiguousarray(image), "raw", "RGBX", 0, 1)
+    else:
+        picture = Image.fromarray(image)
+    picture.save(buf, format="JPEG", quality=JPEG_QUALITY)
     return buf.getvalue()
 
 

@@ -46,6 +46,9 @@ def plane_boxes(box: Box, subsampling: tuple[int, int] | None) -> list[Box] | No
     return [box, chroma, chroma]
 
 
+RGBX_BLOCK = 16  # stored widths whose RGBX conversion matches rgb24's (see FrameConverter)
+
+
 class FrameConverter:
     """Decoded frames of one video -> stored uint8 [H, W, 3], by the rule of this module.
 
@@ -55,12 +58,18 @@ class FrameConverter:
     inherit FFmpeg threads (tests/test_fork_safety.py)."""
 
     def __init__(self, width: int, height: int, pix_fmt: str, box: Box | None,
-                 resize: tuple[int, int] | None, exact: bool = False) -> None:
-        """`exact`: always the RGB-first path (what the export did before; for comparisons)."""
+                 resize: tuple[int, int] | None, exact: bool = False, rgbx: bool = False) -> None:
+        """`exact`: always the RGB-first path (what the export did before; for comparisons). `rgbx`: the
+        plane path returns swscale's RGBX output as it is, [H, W, 4] (the same RGB values, the 4th byte
+        unused): no copy, and Pillow encodes it without one either (images.jpeg_bytes). Only for stored
+        widths that are a multiple of `RGBX_BLOCK`: this FFmpeg's unscaled yuv420p -> rgb0 converter
+        writes wrong colours in the last columns of widths 16k + 2 and 16k + 4 (up to 254 levels off;
+        rgb24 is right; tests/test_video_planes.py), so other widths take rgb24."""
         from av.video.reformatter import VideoReformatter
 
         self.source = (width, height, pix_fmt)  # what the plane path was set up for
         self.box, self.resize = box, resize
+        self.rgbx = rgbx and resize is not None and resize[0] % RGBX_BLOCK == 0
         self._scaler, self._to_rgb, self._rgb_scaler = VideoReformatter(), VideoReformatter(), VideoReformatter()
         subsampling = PLANAR_FORMATS.get(pix_fmt, (-1, -1))
         crop_size = (box[2], box[3]) if box else (width, height)
@@ -89,10 +98,19 @@ class FrameConverter:
         return graph
 
     def __call__(self, frame: Any) -> np.ndarray:
-        """One decoded frame -> [H, W, 3] uint8 (H, W: the resize, else the crop, else the source)."""
-        if self.planar and (frame.width, frame.height, frame.format.name) == self.source:
-            return self._planar(frame)
-        return self._exact(frame)
+        """One decoded frame -> [H, W, 3] uint8 (H, W: the resize, else the crop, else the source); [H, W, 4]
+        RGBX on the plane path when asked for (`rgbx`)."""
+        scaled = self.scaled(frame)
+        return self._exact(frame) if scaled is None else self.to_rgb(scaled)
+
+    def scaled(self, frame: Any) -> Any:
+        """The plane path's picture before the RGB conversion: the frame cropped (no copy) and scaled
+        (bilinear) in its own planes, a VideoFrame of the stored size in the source's pixel format; None
+        where the plane path does not apply (the frame goes the exact way)."""
+        if not (self.planar and (frame.width, frame.height, frame.format.name) == self.source):
+            return None
+        width, height = self.resize  # type: ignore[misc]
+        return self._scaler.reformat(self.crop(frame), width=width, height=height, threads=1)
 
     def crop(self, frame: Any) -> Any:
         """The decoded frame cut to the crop box in its own planes (the plane path only): no copy, the
@@ -105,13 +123,13 @@ class FrameConverter:
         self._graph.push(frame)
         return self._graph.pull()  # [h, w] luma, chroma per `plane_boxes`
 
-    def _planar(self, frame: Any) -> np.ndarray:
-        """Crop the planes (no copy), scale them (bilinear, in the source's format), then convert to RGB
-        at the stored size (unscaled)."""
-        frame = self.crop(frame)
-        width, height = self.resize  # type: ignore[misc]
-        frame = self._scaler.reformat(frame, width=width, height=height, threads=1)  # the source's format
-        return self._to_rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()  # [H, W, 3]
+    def to_rgb(self, scaled: Any) -> np.ndarray:
+        """A `scaled` picture converted to RGB at its size (unscaled): [H, W, 3], or [H, W, 4] RGBX (`rgbx`)."""
+        if not self.rgbx:
+            return self._to_rgb.reformat(scaled, format="rgb24", threads=1).to_ndarray()  # [H, W, 3]
+        plane = self._to_rgb.reformat(scaled, format="rgb0", threads=1).planes[0]  # same RGB as rgb24 (tested)
+        rows = np.frombuffer(plane, np.uint8).reshape(scaled.height, plane.line_size // 4, 4)  # [H, line, 4] view
+        return rows[:, :scaled.width]  # [H, W, 4]: keeps the frame's buffer alive, no copy
 
     def _exact(self, frame: Any) -> np.ndarray:
         """The whole frame to RGB (scaled in the same pass when there is no crop), then crop, then scale."""

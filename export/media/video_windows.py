@@ -7,8 +7,10 @@ drops each one once no later window can need it. No seeking, no per-window decod
 
 A frame is in several windows when windows overlap (2 frames of history at stride 1: every frame is
 in 2 windows), so what a window's member is made of is computed once per frame and reused: the JPEG
-bytes of a frame (`jpg`), its yuv420p picture for the clip encoders (`mp4`, `av1`). Windows are
-assembled from frame indices; a chunk's frames are never stacked or copied as a whole.
+bytes of a frame (`jpg`), its yuv420p picture for the clip encoders (`mp4`, `av1`), its intra packet
+(`mp4-intra`: a window is then only muxed). Windows are assembled from frame indices; a chunk's
+frames are never stacked or copied as a whole. For `jpg` a held frame is swscale's RGBX output itself
+([H, W, 4], the 4th byte unused), which Pillow encodes without a copy.
 """
 
 from __future__ import annotations
@@ -20,21 +22,21 @@ from typing import Any, Iterator
 import numpy as np
 
 from robowds.export.core.extent import in_segment, segment_frames, segment_span
-from robowds.export.media.clips import AV1_MIN_SIZE, encode_clip, pack_jpegs, to_yuv420p
+from robowds.export.media.clips import AV1_MIN_SIZE, IntraClips, encode_clip, pack_jpegs, to_yuv420p
 from robowds.export.media.frames import RangedFile, VideoError, VideoSizeError, open_container, probe_video, select_frames
 from robowds.export.media.geometry import Crop, CropError, crop_box, output_size
 from robowds.export.media.images import jpeg_bytes
 from robowds.export.media.planes import FrameConverter
 
-ENCODINGS = ("raw", "jpg", "mp4", "av1")
-MEMBER_EXT = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4", "av1": "mp4"}  # reader decodes .mp4 via PyAV
+ENCODINGS = ("raw", "jpg", "mp4", "mp4-intra", "av1")
+MEMBER_EXT = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4", "mp4-intra": "mp4", "av1": "mp4"}  # .mp4: PyAV
 PAD = -1  # the frame index of a zero-padded step, for the per-frame member parts
 
 
 @dataclass(frozen=True)
 class VideoOptions:
     selection: str = "nearest"  # nearest | causal
-    encoding: str = "jpg"  # raw | jpg | mp4 | av1
+    encoding: str = "jpg"  # raw | jpg | mp4 | mp4-intra | av1
     resize: tuple[int, int] | None = None  # (width, height)
     pad: str = "zero"
     crop: Crop = None  # None | "center" | (width, height), applied before the resize
@@ -57,7 +59,8 @@ class VideoWindows:
         # the whole file's frame interval: a segment of one or two frames has no interval of its own
         self._period = float(np.median(np.diff(self.info.pts))) if len(self.info.pts) > 1 else np.inf
         self._span_end = self.info.span_end  # file time of the last frame the container declares (a median)
-        self._frames: dict[int, np.ndarray] = {}  # frame index -> [H, W, 3] uint8
+        # frame index -> [H, W, 3] uint8, [H, W, 4] RGBX (jpg) or a yuv420p VideoFrame (mp4-intra): `_held`
+        self._frames: dict[int, Any] = {}
         # frame index -> what members are made of (JPEG bytes, or a yuv420p VideoFrame), made once per
         # frame and dropped with the frame; PAD: the zero frame's
         self._parts: dict[int, Any] = {}
@@ -66,6 +69,7 @@ class VideoWindows:
         self._next = 0  # index of the next frame the decoder will produce
         self._converter: FrameConverter | None = None  # made at the first frame (needs its pixel format)
         self._yuv: Any = None  # one swscale context for rgb -> yuv420p (clip encodings)
+        self._intra: IntraClips | None = None  # mp4-intra: the video's one encoder
         self.peak_frames = 0  # most decoded frames held at once: the memory bound, reported per camera
         self.span_steps = 0  # window steps inside the video's own span (see _count_missing)
         self.missing_steps = 0  # of those, steps with no frame: frames missing from the file
@@ -78,8 +82,8 @@ class VideoWindows:
     def _check_size(self) -> None:
         """The encoders' size limits, on the stored (cropped, resized) size."""
         height, width, _ = self.shape
-        if self.options.encoding == "mp4" and (width % 2 or height % 2):
-            raise VideoSizeError(f"mp4 encoding needs an even frame size, got {width}x{height}; "
+        if self.options.encoding in ("mp4", "mp4-intra") and (width % 2 or height % 2):
+            raise VideoSizeError(f"{self.options.encoding} encoding needs an even frame size, got {width}x{height}; "
                              "set resize: [width, height] (or an even crop)")
         if self.options.encoding == "av1" and min(width, height) < AV1_MIN_SIZE:
             raise VideoSizeError(f"av1 encoding needs frames of at least {AV1_MIN_SIZE}x{AV1_MIN_SIZE} "
@@ -146,7 +150,7 @@ class VideoWindows:
             if zero and not real:
                 out[j] = 0
             else:
-                out[j] = self._frames[i]
+                out[j] = self._rgb(i)
         return out
 
     def _count_missing(self, query: np.ndarray, valid: np.ndarray, extent: tuple[float, float]) -> None:
@@ -173,16 +177,30 @@ class VideoWindows:
             i, frame = item
             self._next = i + 1
             if self._wanted[i]:
-                self._frames[i] = self._to_rgb(frame)
+                self._frames[i] = self._held(frame)
                 self.peak_frames = max(self.peak_frames, len(self._frames))
 
-    def _to_rgb(self, frame: Any) -> np.ndarray:
-        """A decoded frame -> stored uint8 [H, W, 3]: crop, resize, colour conversion (planes.py), with
-        one converter (its swscale contexts and crop filter) for every frame of the video."""
+    def _held(self, frame: Any) -> Any:
+        """A decoded frame -> what is held of it: the stored uint8 [H, W, 3] (crop, resize, colour
+        conversion: planes.py), [H, W, 4] RGBX for jpg, or for mp4-intra the scaled yuv420p picture
+        itself where it can go to the encoder as it is (`_encodable`), which skips RGB and back. One
+        converter (its swscale contexts and crop filter) serves every frame of the video."""
         if self._converter is None:
             self._converter = FrameConverter(self.info.width, self.info.height, frame.format.name, self._box,
-                                             self.options.resize)
+                                             self.options.resize, rgbx=self.options.encoding == "jpg")
+        if self.options.encoding == "mp4-intra":
+            scaled = self._converter.scaled(frame)
+            if scaled is not None and _encodable(scaled):
+                return scaled
         return self._converter(frame)
+
+    def _rgb(self, i: int) -> np.ndarray:
+        """Held frame `i` as stored RGB [H, W, 3] (a view for RGB and RGBX)."""
+        held = self._frames[i]
+        if isinstance(held, np.ndarray):
+            return held[..., :3]
+        assert self._converter is not None
+        return self._converter.to_rgb(held)
 
     def _decode(self) -> Iterator[tuple[int, Any]]:
         """Decoded frames in presentation order, numbered as in `info.pts` (single-threaded)."""
@@ -211,24 +229,46 @@ class VideoWindows:
         if encoding == "raw":
             from robowds.reader.format import encode_npy
             return MEMBER_EXT[encoding], encode_npy(self.window(index, valid))
+        if encoding == "mp4-intra" and self._intra is None:  # the video's one encoder: one rate per camera
+            height, width, _ = self.shape
+            self._intra = IntraClips(width, height, rate_hz)
         parts = [self._part(i if real or self.options.pad != "zero" else PAD)
                  for i, real in zip(index.tolist(), valid.tolist())]
         if encoding == "jpg":
             return MEMBER_EXT[encoding], pack_jpegs(parts)
+        if self._intra is not None:
+            return MEMBER_EXT[encoding], self._intra.clip(parts)
         return MEMBER_EXT[encoding], encode_clip(parts, rate_hz, encoding)
 
     def _part(self, i: int) -> Any:
-        """Frame `i`'s JPEG bytes (jpg) or yuv420p VideoFrame (mp4, av1), made on first use; PAD: the
-        zero frame's."""
+        """Frame `i`'s JPEG bytes (jpg), yuv420p VideoFrame (mp4, av1) or intra packet (mp4-intra), made
+        on first use; PAD: the zero frame's."""
         part = self._parts.get(i)
         if part is None:
-            rgb = np.zeros(self.shape, dtype=np.uint8) if i == PAD else self._frames[i]  # [H, W, 3]
+            held = np.zeros(self.shape, dtype=np.uint8) if i == PAD else self._frames[i]  # [H, W, 3|4] or yuv420p
             if self.options.encoding == "jpg":
-                part = jpeg_bytes(rgb)
-            else:
+                part = jpeg_bytes(held)
+            elif isinstance(held, np.ndarray):
                 if self._yuv is None:
                     from av.video.reformatter import VideoReformatter
                     self._yuv = VideoReformatter()
-                part = to_yuv420p(rgb, self._yuv)
+                part = to_yuv420p(held, self._yuv)
+            else:
+                part = held  # mp4-intra: the scaled planes, encoded as they are
+            if self._intra is not None:
+                part = self._intra.packet(part)
             self._parts[i] = part
         return part
+
+
+# colour tags under which yuv420p planes mean what an untagged mp4 clip's decoders take them for
+# (BT.601, limited range: also what RGB -> yuv420p gives); by FFmpeg's numbers
+BT601_SPACES = (2, 5, 6)  # unspecified, BT470BG, SMPTE170M
+LIMITED_RANGES = (0, 1)  # unspecified, MPEG
+
+
+def _encodable(scaled: Any) -> bool:
+    """Whether a scaled picture can go to the mp4-intra encoder without the RGB round trip: yuv420p with
+    colour tags its clip's decoders read the same way (the clip carries no tags)."""
+    return (scaled.format.name == "yuv420p" and int(scaled.colorspace) in BT601_SPACES
+            and int(scaled.color_range) in LIMITED_RANGES)
