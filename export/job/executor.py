@@ -13,20 +13,61 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import threading
+import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
+@dataclass
+class TaskUsage:
+    """CPU and wall seconds spent in tasks, measured where they run: what `run.py`'s phase profile
+    (`export/job/profile.py`) sets against the parent's own CPU time to find the serial share.
+
+    `worker_cpu_s` holds, per worker process, its whole CPU time (start-up, imports, argument
+    unpickling and every task so far) as of its latest finished task; minus `cpu_s` it is the pool's
+    per-worker overhead. O(workers) entries, whatever the number of tasks."""
+
+    tasks: int = 0
+    cpu_s: float = 0.0  # inside the task functions, summed over tasks
+    wall_s: float = 0.0
+    worker_cpu_s: dict[int, float] = field(default_factory=dict)  # pid -> CPU s of that whole process
+    each_cpu_s: list[float] = field(default_factory=list)  # per task, in completion order: 8 bytes a task
+
+    def add(self, pid: int, cpu_s: float, wall_s: float, process_cpu_s: float | None) -> None:
+        """`process_cpu_s`: None for a task run in this process (no worker to account for)."""
+        self.tasks += 1
+        self.cpu_s += cpu_s
+        self.wall_s += wall_s
+        self.each_cpu_s.append(cpu_s)
+        if process_cpu_s is not None:
+            self.worker_cpu_s[pid] = max(process_cpu_s, self.worker_cpu_s.get(pid, 0.0))
+
+
+def _process_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def _timed(fn: Callable[[T], R], item: T) -> tuple[R, tuple[int, float, float, float]]:
+    """Runs one task in a pool worker and measures it there: (result, (pid, task CPU s, task wall s,
+    the worker's whole CPU s so far))."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn(item)
+    return result, (os.getpid(), time.process_time() - cpu, time.perf_counter() - wall, _process_cpu_s())
+
+
 class Executor(Protocol):
     workers: int  # tasks that run at once: the job sizes its batches of episodes by it
+    usage: TaskUsage  # what the tasks so far cost, where they ran (see TaskUsage)
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
 
@@ -44,9 +85,14 @@ class InlineExecutor:
 
     workers = 1
 
+    def __init__(self) -> None:
+        self.usage = TaskUsage()
+
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         for item in items:
-            yield fn(item)
+            result, (pid, cpu, wall, _) = _timed(fn, item)
+            self.usage.add(pid, cpu, wall, None)
+            yield result
 
     map_ordered = map_unordered  # one task at a time: completion order is task order
 
@@ -87,6 +133,7 @@ class ProcessExecutor:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+        self.usage = TaskUsage()
         context = multiprocessing.get_context("forkserver")
         # the read end goes to every worker (duplicated into it by the forkserver at start); the write
         # end stays here only: the forkserver and resource tracker get explicit fds, never this one
@@ -95,28 +142,33 @@ class ProcessExecutor:
                                          initializer=_exit_with_parent, initargs=(self._lifeline,))
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        pending: set[Future[R]] = set()
+        pending: set[Future[tuple[R, Any]]] = set()
         for item in items:
             if len(pending) >= 2 * self.workers:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield future.result()
-            pending.add(self._pool.submit(fn, item))
+                    yield self._result(future)
+            pending.add(self._pool.submit(_timed, fn, item))
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                yield future.result()
+                yield self._result(future)
+
+    def _result(self, future: Future[tuple[R, tuple[int, float, float, float]]]) -> R:
+        result, timing = future.result()
+        self.usage.add(*timing)
+        return result
 
     def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """Results in task order, with at most 2 x workers tasks in flight: a slow task holds back the
         ones after it (their results wait in memory, bounded by the window), never reorders them."""
-        pending: deque[Future[R]] = deque()
+        pending: deque[Future[tuple[R, Any]]] = deque()
         for item in items:
             if len(pending) >= 2 * self.workers:
-                yield pending.popleft().result()
-            pending.append(self._pool.submit(fn, item))
+                yield self._result(pending.popleft())
+            pending.append(self._pool.submit(_timed, fn, item))
         while pending:
-            yield pending.popleft().result()
+            yield self._result(pending.popleft())
 
     def check_shared(self, folder: Path, read: Iterable[Path] = ()) -> None:
         pass  # workers on this machine see its file system

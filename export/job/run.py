@@ -31,6 +31,7 @@ from robowds.export.errors import UserError
 from robowds.export.job.executor import LOCAL, ExecutorChoice
 from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
+from robowds.export.job.profile import JobProfile
 from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
 from robowds.export.job.report import SplitStats, build_manifest, report_warnings
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
@@ -55,6 +56,7 @@ class Summary:
     dropped: int = 0  # windows below min_valid_fraction
     up_to_date: bool = False
     warnings: tuple[str, ...] = ()  # what the report holds that a user must not miss
+    profile: dict[str, Any] | None = None  # CPU and wall seconds per phase (JobProfile.to_json)
 
     def to_json(self) -> dict[str, Any]:
         """What `export --json` prints."""
@@ -120,7 +122,7 @@ def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, A
     """`executor` picks where the tasks run (the bytes are the same for every choice); `workers` is the
     process pool's size, or the CPUs of a new local Ray instance. `store`: a folder, or a `StoreLocation`
     (an fsspec URL and its storage options: `store_location("s3://bucket/store", {...})`)."""
-    began = time.perf_counter()
+    began, profile = time.perf_counter(), JobProfile()
     executor.check_available()  # before anything is written
     store, out = store_location(store), Path(out).resolve()
     if store.local:
@@ -142,7 +144,7 @@ def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, A
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
     job = replace(job, work=str(work))
     try:
-        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor)
+        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor, profile)
     except OSError as exc:
         raise os_error(exc, "export", out, work) from exc
     except UserError as exc:
@@ -153,10 +155,13 @@ def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, A
 
 
 def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source: str, job_id: str, out: Path,
-         work: Path, workers: int, progress: bool, began: float, choice: ExecutorChoice) -> Summary:
+         work: Path, workers: int, progress: bool, began: float, choice: ExecutorChoice,
+         profile: JobProfile) -> Summary:
     """Map, reduce and publish into a prepared work folder."""
     schema = job.schema
+    profile.lap("plan")  # resolve, fingerprint, prepare OUT
     executor = choice.make(workers)
+    usage = getattr(executor, "usage", None)  # backends that account for their tasks' CPU time
     try:
         executor.check_shared(work, schema.local_folders())  # tasks read these, write into work
         ids = schema.episode_ids
@@ -164,6 +169,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
             for done in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
                 bar.update(len(done))
+        profile.lap("map", usage)
         split_stats = SplitStats()  # statistics folded record by record: not all episodes' at once
         records = [split_stats.fold(load_record(work, job.index[ep])) for ep in ids]
         failed = [r for r in records if r["error"]]
@@ -175,20 +181,26 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
                             hint="; ".join([*hints, "fix them in the store, or pass --set on_bad_episode=skip "
                                                     "to leave them out"]))
         good = [r for r in records if not r["error"]]
+        profile.lap("records")
         tasks = plan_shards(work, good, config, job.index)
         check_shard_space(work, tasks)
+        profile.lap("shard plan")
         shard_records: dict[str, dict[str, Any]] = {}
         with tqdm(total=len(tasks), desc="shards", unit="shard", disable=not progress) as bar:
             for rec in executor.map_unordered(write_shard, tasks):
                 shard_records[rec["path"]] = rec
                 bar.update(1)
+        profile.lap("reduce", usage)
     finally:
         executor.close()
+    profile.lap("pool close")
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
     kept = publish(out, work, manifest)  # warnings: `.nv-meta/` files of the user's, kept
+    profile.lap("manifest")
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
                    total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"],
-                   warnings=(*report_warnings(manifest["report"], manifest["config"]["splits"]), *kept))
+                   warnings=(*report_warnings(manifest["report"], manifest["config"]["splits"]), *kept),
+                   profile=profile.to_json())
