@@ -26,7 +26,7 @@ import numpy as np
 from robowds.reader.decode import decode_member, decode_sample
 from robowds.reader.format import BLOCK, ShardFormatError, iter_members, parse_npy_header, read_sample, tar_header
 from robowds.reader.members import MemberSet
-from robowds.reader.npz import CENTRAL_CRC_AT, LOCAL_CRC_AT, PACKED, npz_entries, unpack
+from robowds.reader.npz import PACKED, PackedLayout, unpack
 
 Buffer = Union[bytes, mmap.mmap]  # slicing gives bytes (a memoryview slice would not compare as fast)
 MAX_LAYOUTS = 64  # distinct sample lengths with a layout; past that, new lengths use the checked walk
@@ -72,12 +72,9 @@ class _Packed:
 
     header: int
     head: bytes  # tar header bytes after the key up to the checksum field
-    tail: bytes  # tar header bytes after the checksum field, then the first local header up to its CRC
+    tail: bytes  # tar header bytes after the checksum field
     checksum: int
-    segments: tuple[tuple[int, bytes], ...]  # (offset from the sample's start, expected bytes)
-    crcs: tuple[tuple[int, int], ...]  # (local, central) CRC-32 field offsets from the sample's start
-    arrays: tuple[tuple[str, tuple[int, ...], np.dtype, int, str], ...]  # (field, shape, dtype, offset, order)
-    suffixes: tuple[str, ...]  # the entries' names
+    packed: PackedLayout  # offsets from the zip's first byte, `header + BLOCK` from the sample's start
 
 
 @dataclass(frozen=True)
@@ -104,15 +101,16 @@ class SampleLayout:
         packed = [s for s in slots if isinstance(s, _Packed)]
         self._fixed_at = tuple(s.header for s in fixed)
         self._arrays = tuple((s.field, s.shape, s.dtype, s.array, s.order) for s in slots if isinstance(s, _Fixed))
-        self._arrays += tuple(array for s in packed for array in s.arrays)
-        self._segments = tuple(segment for s in packed for segment in s.segments)
-        self._crcs = tuple(pair for s in packed for pair in s.crcs)
+        self._arrays += tuple((field, shape, dtype, s.header + BLOCK + offset, order)
+                              for s in packed for field, shape, dtype, offset, order in s.packed.arrays)
+        self._segments = tuple((s.header + BLOCK + at, expected) for s in packed for at, expected in s.packed.segments)
+        self._crcs = tuple((s.header + BLOCK + a, s.header + BLOCK + b) for s in packed for a, b in s.packed.crcs)
         self._variable = tuple(s for s in slots if isinstance(s, _Variable))
         self._fields = tuple(s.field for s in slots if not isinstance(s, _Packed))  # the checked walk's dict order
         if packed:  # the checked walk unpacks, then sorts by suffix (`npz.unpack`)
             suffixes = [(f"{s.field}.{s.ext}", s.field) for s in self._variable]
             suffixes += [(s.suffix, s.field) for s in slots if isinstance(s, _Fixed)]
-            suffixes += [(suffix, suffix.partition(".")[0]) for s in packed for suffix in s.suffixes]
+            suffixes += [(suffix, suffix.partition(".")[0]) for s in packed for suffix in s.packed.names]
             self._fields = tuple(field for _, field in sorted(suffixes))
         self._tails: dict[int, tuple[bytes, ...]] = {}  # key byte sum -> expected bytes after the key, per fixed slot
 
@@ -218,10 +216,10 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
         checksum = int(header[_CHECKSUM_AT:_CHECKSUM_AT + 6], 8) - sum(key)
         data = member.offset + BLOCK
         if packed and suffix == PACKED and suffix not in varying:
-            slot = _packed_slot(member.data, member.offset, header, k, checksum)
-            if slot is None:
+            learned = PackedLayout.learn(member.data)
+            if learned is None:
                 return None
-            slots.append(slot)
+            slots.append(_Packed(member.offset, header[k:_CHECKSUM_AT], header[_CHECKSUM_AT + 8:], checksum, learned))
         elif ext == "npy" and suffix not in varying:
             npy = parse_npy_header(member.data)
             slots.append(_Fixed(suffix, field, member.offset, header[k:_CHECKSUM_AT],
@@ -235,32 +233,6 @@ def learn_layout(buf: Buffer, start: int, stop: int, varying: frozenset[str] = f
     if key is None or end != stop - start:
         return None
     return SampleLayout(len(key), tuple(slots), varying)
-
-
-def _packed_slot(data: memoryview, offset: int, header: bytes, k: int, checksum: int) -> _Packed | None:
-    """The `_Packed` slot of an `arrays.npz` member (already checked) whose tar header is at `offset`
-    of the sample; None when an entry is not a `.npy` array."""
-    entries, directory = npz_entries(data)
-    npz = bytes(data)
-    at = offset + BLOCK  # the zip's first byte, from the sample's start
-    segments, crcs, arrays = [], [], []
-    for i, entry in enumerate(entries):
-        field, _, ext = entry.name.partition(".")
-        if ext != "npy":
-            return None
-        npy = parse_npy_header(data[entry.data:entry.data + entry.size])
-        if i:  # the first entry's signature .. date are checked with the tar header
-            segments.append((at + entry.header, npz[entry.header:entry.header + LOCAL_CRC_AT]))
-        segments.append((at + entry.header + LOCAL_CRC_AT + 4, npz[entry.header + LOCAL_CRC_AT + 4:entry.data + npy.length]))
-        crcs.append((at + entry.header + LOCAL_CRC_AT, at + entry.central + CENTRAL_CRC_AT))
-        arrays.append((field, npy.shape, npy.dtype, at + entry.data + npy.length, "F" if npy.fortran else "C"))
-    cuts = [directory, *(c for e in entries for c in (e.central + CENTRAL_CRC_AT, e.central + CENTRAL_CRC_AT + 4)),
-            len(npz)]
-    segments += [(at + lo, npz[lo:hi]) for lo, hi in zip(cuts[::2], cuts[1::2])]
-    if not entries or entries[0].header != 0:
-        return None
-    return _Packed(offset, header[k:_CHECKSUM_AT], header[_CHECKSUM_AT + 8:] + npz[:LOCAL_CRC_AT], checksum,
-                   tuple(segments), tuple(crcs), tuple(arrays), tuple(e.name for e in entries))
 
 
 def checked_sample(buf: Buffer, start: int, stop: int, where: str, base: int,

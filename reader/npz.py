@@ -28,9 +28,11 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from robowds.reader.format import BLOCK, EXT_RE, FIELD_RE, ShardFormatError
+import numpy as np
+
+from robowds.reader.format import BLOCK, EXT_RE, FIELD_RE, ShardFormatError, parse_npy_header
 
 LAYOUTS = ("members", "npz")  # `shard.layout` values; a manifest without one is `members`
 PACKED_FIELD = "arrays"
@@ -166,7 +168,8 @@ def npz_entries(data: memoryview | bytes, where: str = "<buffer>", at: int = 0,
                             f"flags {flags:#x})")
         if offset < end_of_data or offset + _LOCAL.size > cd_at:
             raise fail(pos, f"entry {name!r}: local header offset {offset} overlaps another entry or the directory")
-        lsig, _need, lflags, lmethod, _t, _d, lcrc, lcsize, lusize, lname_len, lextra_len = _LOCAL.unpack_from(view, offset)
+        (lsig, _need, lflags, lmethod, _t, _d, lcrc, lcsize, lusize, lname_len,
+         lextra_len) = _LOCAL.unpack_from(view, offset)
         lname = bytes(view[offset + _LOCAL.size:offset + _LOCAL.size + lname_len])
         if (lsig, lflags, lmethod, lcrc, lcsize, lusize, lname) != (_LOCAL_SIG, flags, method, crc, csize, usize, raw):
             raise fail(offset, f"entry {name!r}: local header disagrees with the central directory")
@@ -211,3 +214,49 @@ def unpack(members: Mapping[str, memoryview], where: str = "<buffer>", base: int
         raise ShardFormatError(f"{where}: byte {at}: {twice} are both members and entries of {PACKED!r}")
     out.update(entries)
     return {s: out[s] for s in sorted(out)}
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """The structure of one checked packed member of `.npy` entries, for checking others of the same
+    size cheaply: every byte except the array data and the CRC-32s (which depend on the data) must be
+    the same, and each local header's CRC-32 must equal its central record's. A member that passes is
+    exactly one `npz_entries` accepts with the same entries, so its arrays can be viewed in place.
+    Offsets are from the member's first byte. Size: O(entries) segments, ~4 compares per entry."""
+
+    segments: tuple[tuple[int, bytes], ...]  # (offset, expected bytes)
+    crcs: tuple[tuple[int, int], ...]  # (local, central) CRC-32 field offsets
+    arrays: tuple[tuple[str, tuple[int, ...], np.dtype, int, str], ...]  # (field, shape, dtype, data offset, order)
+    names: tuple[str, ...]  # the entries, in order
+
+    @classmethod
+    def learn(cls, data: memoryview | bytes) -> "PackedLayout | None":
+        """The layout of `data` (a packed member already accepted by `npz_entries`); None when an entry
+        is not a `.npy` array."""
+        entries, directory = npz_entries(data)
+        raw = bytes(data)
+        segments, crcs, arrays = [], [], []
+        for entry in entries:
+            field, _, ext = entry.name.partition(".")
+            if ext != PACKED_EXT:
+                return None
+            npy = parse_npy_header(raw[entry.data:entry.data + entry.size])
+            crc = entry.header + LOCAL_CRC_AT
+            segments += [(entry.header, raw[entry.header:crc]), (crc + 4, raw[crc + 4:entry.data + npy.length])]
+            crcs.append((crc, entry.central + CENTRAL_CRC_AT))
+            arrays.append((field, npy.shape, npy.dtype, entry.data + npy.length, "F" if npy.fortran else "C"))
+        cuts = [directory, *(c for e in entries for c in (e.central + CENTRAL_CRC_AT, e.central + CENTRAL_CRC_AT + 4)),
+                len(raw)]
+        segments += [(lo, raw[lo:hi]) for lo, hi in zip(cuts[::2], cuts[1::2])]
+        return cls(tuple(segments), tuple(crcs), tuple(arrays), tuple(e.name for e in entries))
+
+    def matches(self, buf: bytes | Any, at: int) -> bool:
+        """Whether the member starting at byte `at` of `buf` has this layout (its size is the caller's check)."""
+        for offset, expected in self.segments:
+            offset += at
+            if buf[offset:offset + len(expected)] != expected:
+                return False
+        for local, central in self.crcs:
+            if buf[at + local:at + local + 4] != buf[at + central:at + central + 4]:
+                return False
+        return True

@@ -19,11 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
+
 from robowds.reader.decode import decode_member, decode_sample
-from robowds.reader.format import BLOCK, MAX_NAME_BYTES, META_FIELD, ShardFormatError, mask_field, read_sample, tar_header
+from robowds.reader.format import (BLOCK, MAX_NAME_BYTES, META_FIELD, ShardFormatError, mask_field, read_sample,
+                                   tar_header)
 from robowds.reader.layout import Buffer, SampleDecoder, checked_sample
 from robowds.reader.members import MemberSet
-from robowds.reader.npz import PACKED, npz_entries
+from robowds.reader.npz import PACKED, PackedLayout, npz_entries
 
 
 def select_fields(schema: dict[str, dict[str, Any]], fields: Iterable[str] | None = None,
@@ -83,6 +86,7 @@ class FieldDecoder:
         self._sequence: tuple[_Slot, ...] | None = None
         self._entries: tuple[str, ...] = ()  # the npz layout: the learned `arrays.npz` entry names
         self._order: tuple[str, ...] | None = None  # the npz layout: the checked walk's field order
+        self._packed: dict[int, PackedLayout | None] = {}  # arrays.npz size -> its learned structure (<= 64)
         # (suffix, size, key length) -> header parts (`_expected`); at most 4096 entries
         self._headers: dict[tuple[bytes, int, int], tuple[bytes, int, bytes]] = {}
         self.matched = 0  # samples decoded by hopping (the rest went through the checked walk)
@@ -99,6 +103,7 @@ class FieldDecoder:
         if self.members is None or self.members.layout == "npz":  # the sequence hopped over is the tar's
             stored = read_sample(memoryview(buf)[start:stop], where, base)[1]
         self._entries = tuple(s for s in members if s not in stored)
+        self._packed.clear()
         self._order = tuple(s.partition(".")[0] for s in members) if PACKED in stored else None
         slots = []
         for suffix in stored:
@@ -141,7 +146,7 @@ class FieldDecoder:
             if slot.keep:
                 if buf[pos:data] != self._expected(key, key_sum, slot.suffix, size):
                     return None
-                if slot.suffix == _PACKED and not self._unpack(view[data:data + size], sample):
+                if slot.suffix == _PACKED and not self._unpack(buf, data, size, sample):
                     return None
                 elif slot.suffix != _PACKED:
                     chunk = buf[data:data + size] if slot.ext in ("txt", "json") else view[data:data + size]
@@ -153,20 +158,29 @@ class FieldDecoder:
             sample = {"__key__": sample["__key__"], **{f: sample[f] for f in self._order if f in sample}}
         return sample
 
-    def _unpack(self, data: memoryview, sample: dict[str, Any]) -> bool:
-        """The selected entries of a packed `arrays.npz` into `sample`; False when its entries are not
-        the learned ones or its zip structure is not one `npz_entries` accepts (then the checked walk
-        reads the sample and raises)."""
-        try:
-            entries, _ = npz_entries(data)
-        except ShardFormatError:
+    def _unpack(self, buf: Buffer, at: int, size: int, sample: dict[str, Any]) -> bool:
+        """The selected arrays of the packed `arrays.npz` at byte `at` into `sample`, as views of `buf`;
+        False when it is not the learned structure of its size (`npz.PackedLayout`, learned from the
+        first member of that size `npz_entries` accepts, with the learned entry names) or not learnable
+        (then the checked walk reads the sample, and raises what is wrong)."""
+        packed = self._packed.get(size)
+        if packed is None:
+            if size in self._packed or len(self._packed) >= 64:
+                return False
+            try:
+                entries, _ = npz_entries(memoryview(buf)[at:at + size])
+            except ShardFormatError:
+                return False
+            packed = PackedLayout.learn(memoryview(buf)[at:at + size]) if tuple(
+                e.name for e in entries) == self._entries else None
+            self._packed[size] = packed
+            if packed is None:
+                return False
+        if not packed.matches(buf, at):
             return False
-        if tuple(e.name for e in entries) != self._entries:
-            return False
-        for entry in entries:
-            field, _, ext = entry.name.partition(".")
+        for field, shape, dtype, offset, order in packed.arrays:
             if field in self.keep:
-                sample[field] = decode_member(ext, data[entry.data:entry.data + entry.size])
+                sample[field] = np.ndarray(shape, dtype, buf, at + offset, None, order)
         return True
 
     def _expected(self, key: bytes, key_sum: int, suffix: bytes, size: int) -> bytes:

@@ -35,6 +35,7 @@ from robowds.reader.interop import decode_members, wds_decoder
 from robowds.reader.layout import SampleDecoder, checked_sample
 from robowds.reader.members import MemberSet
 from robowds.reader.npz import ALIGN, PACKED, encode_npz, npz_entries, pack, read_npz, unpack
+from robowds.reader.select import FieldDecoder
 
 from exports import export_members, export_synthetic
 
@@ -94,7 +95,8 @@ def test_packed_member_is_a_standard_stored_zip_with_aligned_entries() -> None:
     names = sum(len(n) for n, _ in entries)
     pads = sum(e.data - e.header - 30 - len(e.name) for e in found)
     assert all(0 <= e.data - e.header - 30 - len(e.name) < ALIGN + 4 for e in found)
-    assert len(blob) == 30 * len(entries) + names + pads + sum(map(len, arrays.values())) + 46 * len(entries) + names + 22
+    data = sum(map(len, arrays.values()))
+    assert len(blob) == 30 * len(entries) + names + pads + data + 46 * len(entries) + names + 22
     assert directory == found[-1].data + found[-1].size
 
 
@@ -111,7 +113,8 @@ def test_pack_then_unpack_gives_the_members_layouts_bytes() -> None:
         return -(-len(data) // BLOCK)
 
     assert len(blob) == (3 + blocks(packed[PACKED]) + 2) * BLOCK == 11 * BLOCK  # 3 headers, 6 + 1 + 1 blocks of data
-    assert len(encode_sample("ep_0001_000003", members)) == (7 + sum(map(blocks, members.values()))) * BLOCK == 17 * BLOCK
+    plain = encode_sample("ep_0001_000003", members)
+    assert len(plain) == (7 + sum(map(blocks, members.values()))) * BLOCK == 17 * BLOCK
     with pytest.raises(ShardFormatError, match="arrays.npz"):
         pack({PACKED: b"", "x.npy": members["gain.npy"]})
 
@@ -141,6 +144,16 @@ def test_layout_decoder_equals_the_members_layout_and_the_checked_walk() -> None
         start += len(blob)
     assert decoder.matched == 2 * (len(npz) - 1)  # decode and array_views of every sample but the first
     assert np.shares_memory(got["joints"], np.frombuffer(shard, np.uint8))  # a view, not a copy
+    keep = frozenset({"joints", "joints_mask", "meta", "gain"})  # field selection hops over the rest
+    selecting, plain_selecting = FieldDecoder(npz_set, keep), FieldDecoder(reference.members, keep)
+    start = 0
+    for blob, other in zip(npz, plain):
+        got = selecting.decode(shard, start, start + len(blob), "s.tar", start)
+        assert list(got) == ["__key__", "gain", "joints", "joints_mask", "meta"]
+        assert _described(got) == _described(plain_selecting.decode(other, 0, len(other), "m.tar", 0))
+        start += len(blob)
+    assert selecting.matched == len(npz) - 1
+    assert np.shares_memory(got["joints"], np.frombuffer(shard, np.uint8))
 
 
 def test_every_changed_structure_byte_decodes_as_the_checked_walk_does() -> None:
@@ -327,7 +340,8 @@ def test_verify_checks_the_packed_member(outs: dict[str, Path], tmp_path: Path,
     assert main(["verify", str(out), "--quiet"]) != 0
     printed = capsys.readouterr()
     assert (f"shard train/shard-000000.tar: byte {at + entries[0].data}: member 'arrays.npz' is not a stored npz as "
-            f"robowds writes it: entry {entries[0].name!r}: data does not match its CRC-32 (damaged) (key {key})") in printed.out + printed.err
+            f"robowds writes it: entry {entries[0].name!r}: data does not match its CRC-32 (damaged) (key {key})"
+            ) in printed.out + printed.err
 
 
 # -- other tools ---------------------------------------------------------------------------------------
