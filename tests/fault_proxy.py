@@ -30,7 +30,7 @@ SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>
             b"<Message>Please reduce your request rate.</Message></Error>")
 DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
           b"<Message>Access Denied</Message></Error>")
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "expect"}
 CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
 START_TIMEOUT_S = 30.0
 
@@ -128,6 +128,8 @@ class _ProxyHandler(socketserver.BaseRequestHandler):
                     name, _, value = h.decode("latin-1").partition(":")
                     raw.append((name.strip(), value.strip()))
                     headers[name.strip().lower()] = value.strip()
+                if headers.get("expect", "").lower() == "100-continue":  # uploads wait for it before the body
+                    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                 body = reader.read(int(headers.get("content-length", 0) or 0))
                 fault = server.fault_for(method, path, headers)
                 if server.latency_s:

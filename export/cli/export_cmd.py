@@ -20,7 +20,8 @@ EXECUTORS = ("local", "ray")  # export/job/executor.py: ExecutorChoice.kind
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a store to WebDataset shards + manifest")
     p.add_argument("store", help="episode store: a folder, or an fsspec URL (s3://bucket/store; --storage-options)")
-    p.add_argument("out", type=Path, help="output folder for shards and manifest.json")
+    p.add_argument("out", help="output folder for shards and manifest.json, or an fsspec URL (s3://bucket/prefix: "
+                               "each shard uploaded once written, manifest.json last; --storage-options)")
     p.add_argument("--config", type=Path, help="export config YAML (see README)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set streams.joints.rate_hz=50 (repeatable)")
@@ -32,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="worker processes (default: all cores; 1 = in-process); the output is identical")
     add_executor_arguments(p)
     add_storage_options_argument(p)
+    p.add_argument("--work-dir", type=Path, metavar="DIR",
+                   help="with OUT at a URL: the local folder for staging and shards before upload (default: "
+                        "$XDG_CACHE_HOME/robowds/work; the job uses DIR/<id> and deletes it when done)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, "
                         "and only once the new export is complete; your own files stay)")
@@ -71,6 +75,7 @@ def overrides(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from robowds.export.job.config import load_config
+    from robowds.export.job.remote_out import is_url
     from robowds.export.job.run import run_export
     from robowds.export.store.location import store_location
 
@@ -79,7 +84,12 @@ def run(args: argparse.Namespace) -> int:
     choice = executor_choice(args)
     config = load_config(args.config, overrides(args))
     store = store_location(args.store, storage_options(args))
-    summary = run_export(store, args.out, config, workers=args.workers, overwrite=args.overwrite,
-                         progress=not (args.quiet or args.json), executor=choice)
+    out = args.out if is_url(args.out) else Path(args.out)
+    if args.work_dir is not None and not is_url(args.out):
+        raise UserError(f"--work-dir is for an output URL; {args.out} is a folder (its work folder is "
+                        f"{args.out}/.robowds-work)", hint="drop --work-dir")
+    summary = run_export(store, out, config, workers=args.workers, overwrite=args.overwrite,
+                         progress=not (args.quiet or args.json), executor=choice,
+                         out_storage_options=storage_options(args), work_dir=args.work_dir)
     print(json.dumps(summary.to_json(), indent=1) if args.json else summary.line())
     return 0

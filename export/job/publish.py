@@ -138,20 +138,26 @@ def _ours_in_nv_meta(out: Path, old: dict[str, Any] | None) -> set[str]:
             if (out / rel).is_file() and not (out / rel).is_symlink() and (out / rel).read_bytes() == data}
 
 
-def _nv_meta_warnings(out: Path, kept: list[str], replacing: bool) -> list[str]:
-    """What the user must know about `.nv-meta/` files robowds did not write, all kept as they are."""
+def nv_meta_warnings(out: Path | str, kept: list[str], others: list[str]) -> list[str]:
+    """What the user must know about `.nv-meta/` files robowds did not write, all kept as they are:
+    `kept` where robowds' own would go, `others` (e.g. `index.sqlite`) describing the replaced export."""
     notes = [f"{rel} in {out} was not written by robowds (edited, or from `energon prepare`): kept as it is, "
              f"and Energon reads it instead of robowds' (move it away and re-run the export to get that)"
              for rel in kept]
-    folder = out / NV_META
-    if replacing and folder.is_dir():
-        others = sorted(rel for rel in (p.relative_to(out).as_posix() for p in folder.iterdir())
-                        if rel not in ENERGON_FILES)
-        if others:
-            notes.append(f"{', '.join(others)} in {out} describe the previous export and were kept: re-run "
-                         f"`energon prepare {out} --tar-index-only` if you use them (index.sqlite: Energon's "
-                         f"random access by key and joins; get_train_dataset does not need it)")
+    if others:
+        notes.append(f"{', '.join(others)} in {out} describe the previous export and were kept: re-run "
+                     f"`energon prepare {out} --tar-index-only` if you use them (index.sqlite: Energon's "
+                     f"random access by key and joins; get_train_dataset does not need it)")
     return notes
+
+
+def _nv_meta_others(out: Path, replacing: bool) -> list[str]:
+    """`.nv-meta/` files in OUT other than robowds' own, when an export is being replaced."""
+    folder = out / NV_META
+    if not (replacing and folder.is_dir()):
+        return []
+    return sorted(rel for rel in (p.relative_to(out).as_posix() for p in folder.iterdir())
+                  if rel not in ENERGON_FILES)
 
 
 def publish(out: Path, work: Path, manifest: dict[str, Any]) -> list[str]:
@@ -175,7 +181,7 @@ def publish(out: Path, work: Path, manifest: dict[str, Any]) -> list[str]:
     old = read_manifest(out)
     ours_meta = _ours_in_nv_meta(out, old)
     kept = [rel for rel in meta if _in_the_way(out, rel, rel in ours_meta)]  # the user's: never replaced
-    warnings = _nv_meta_warnings(out, kept, old is not None)
+    warnings = nv_meta_warnings(out, kept, _nv_meta_others(out, old is not None))
     owned = set(owned_files(old)) if old is not None else set()  # removed where the new export lacks them
     replaceable = owned | (shard_indexes(old) if old is not None else set())
     blocked = [rel for rel in new if _in_the_way(out, rel, rel in replaceable)]

@@ -33,6 +33,9 @@ from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
 from robowds.export.job.profile import JobProfile
 from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
+from robowds.export.job.remote_job import (RemoteState, Uploader, default_work_root, local_work_dir, pending,
+                                           prepare_remote, publish_remote)
+from robowds.export.job.remote_out import RemoteOut, is_url
 from robowds.export.job.report import SplitStats, build_manifest, report_warnings
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
 from robowds.export.job.spec import JobSpec, resolve
@@ -46,7 +49,7 @@ EPISODES_PER_TASK = 8
 
 @dataclass(frozen=True)
 class Summary:
-    out: Path
+    out: Path | str  # a folder, or the URL of a remote export
     episodes: int
     rejected: int
     windows: int
@@ -101,6 +104,11 @@ def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | dict[str, An
     if doc is not None and doc.get("job_id") != job_id and not overwrite:
         raise UserError(f"{out} holds a finished export of a different store or config",
                         hint="pass --overwrite to replace it, or choose another output folder")
+    return _prepare_work(work, job_id)
+
+
+def _prepare_work(work: Path, job_id: str) -> Path:
+    """The work folder for `job_id`: kept if it is this job's (resume), else emptied; temp files gone."""
     job_file = work / JOB_FILE
     if work.is_dir() and (not job_file.exists() or json.loads(job_file.read_text()).get("job_id") != job_id):
         remove_work(work)  # a partial export of another store/config, or a half-deleted one: useless
@@ -112,20 +120,35 @@ def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | dict[str, An
     return work
 
 
+def _prepare_remote_out(remote: RemoteOut, job_id: str, overwrite: bool,
+                        work_dir: Path | None) -> tuple[Path | dict[str, Any], RemoteState | None]:
+    """`_prepare_out` for OUT at a URL: (local work folder, remote state), or (finished manifest, None)."""
+    state = prepare_remote(remote, job_id, overwrite)
+    work = local_work_dir(work_dir, job_id, remote.url)
+    if isinstance(state, dict):
+        remove_work(work)  # a killed run's staging of an export that is complete now
+        return state, None
+    return _prepare_work(work, job_id), state
+
+
 def _batches(items: list[str], size: int) -> Iterable[list[str]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
 
 
-def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, Any], workers: int = 1,
-               overwrite: bool = False, progress: bool = True, executor: ExecutorChoice = LOCAL) -> Summary:
+def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[str, Any], workers: int = 1,
+               overwrite: bool = False, progress: bool = True, executor: ExecutorChoice = LOCAL,
+               out_storage_options: dict[str, Any] | None = None, work_dir: Path | None = None) -> Summary:
     """`executor` picks where the tasks run (the bytes are the same for every choice); `workers` is the
     process pool's size, or the CPUs of a new local Ray instance. `store`: a folder, or a `StoreLocation`
-    (an fsspec URL and its storage options: `store_location("s3://bucket/store", {...})`)."""
+    (an fsspec URL and its storage options: `store_location("s3://bucket/store", {...})`). `out`: a folder,
+    or an fsspec URL string (`"s3://bucket/prefix"`, with `out_storage_options`), whose job works in a local
+    folder under `work_dir` (default: the user's cache; `remote_job.local_work_dir`)."""
     began, profile = time.perf_counter(), JobProfile()
     executor.check_available()  # before anything is written
-    store, out = store_location(store), Path(out).resolve()
-    if store.local:
+    remote = RemoteOut(str(out), out_storage_options) if is_url(out) else None
+    store, out = store_location(store), (out if remote else Path(out).resolve())
+    if store.local and remote is None:
         store = StoreLocation(str(store.path.resolve()))
         if out == store.path or store.path in out.parents:  # the store's fingerprint would change with every run
             raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
@@ -133,9 +156,10 @@ def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, A
     source = fingerprint(store)
     job_id = _job_id(source, resolved)
     try:
-        work = _prepare_out(out, job_id, overwrite)
-    except OSError as exc:  # OUT under a file, read-only, no permission, disk full
-        raise os_error(exc, "export", out) from exc
+        work, state = (_prepare_out(out, job_id, overwrite), None) if remote is None else \
+            _prepare_remote_out(remote, job_id, overwrite, work_dir)
+    except OSError as exc:  # OUT (a remote job's work folder) under a file, read-only, no permission, disk full
+        raise os_error(exc, "export", out if remote is None else Path(work_dir or default_work_root())) from exc
     if isinstance(work, dict):  # up to date: the finished manifest
         doc = work
         shards = sum(len(s["shards"]) for s in doc["splits"].values())
@@ -144,9 +168,10 @@ def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, A
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
     job = replace(job, work=str(work))
     try:
-        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor, profile)
+        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor, profile,
+                    state)
     except OSError as exc:
-        raise os_error(exc, "export", out, work) from exc
+        raise os_error(exc, "export", out if remote is None else work, work) from exc
     except UserError as exc:
         note = work_note(work)
         if not note or str(work) in (exc.hint or ""):
@@ -154,14 +179,15 @@ def run_export(store: Path | str | StoreLocation, out: Path, config: dict[str, A
         raise UserError(exc.message, hint="; ".join(filter(None, [exc.hint, note])), exit_code=exc.exit_code) from exc
 
 
-def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source: str, job_id: str, out: Path,
+def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source: str, job_id: str, out: Path | str,
          work: Path, workers: int, progress: bool, began: float, choice: ExecutorChoice,
-         profile: JobProfile) -> Summary:
-    """Map, reduce and publish into a prepared work folder."""
+         profile: JobProfile, remote: RemoteState | None = None) -> Summary:
+    """Map, reduce and publish into a prepared work folder (and with `remote`, upload and publish there)."""
     schema = job.schema
     profile.lap("plan")  # resolve, fingerprint, prepare OUT
     executor = choice.make(workers)
     usage = getattr(executor, "usage", None)  # backends that account for their tasks' CPU time
+    uploads: Uploader | None = None
     try:
         executor.check_shared(work, schema.local_folders())  # tasks read these, write into work
         ids = schema.episode_ids
@@ -183,21 +209,30 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         good = [r for r in records if not r["error"]]
         profile.lap("records")
         tasks = plan_shards(work, good, config, job.index)
-        check_shard_space(work, tasks)
+        todo, shard_records = pending(remote, tasks) if remote else (tasks, {})  # uploaded: not written again
+        check_shard_space(work, todo)
         profile.lap("shard plan")
-        shard_records: dict[str, dict[str, Any]] = {}
-        with tqdm(total=len(tasks), desc="shards", unit="shard", disable=not progress) as bar:
-            for rec in executor.map_unordered(write_shard, tasks):
+        uploads = Uploader(remote, work, len(todo), progress) if remote else None
+        with tqdm(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
+            for rec in executor.map_unordered(write_shard, todo):
                 shard_records[rec["path"]] = rec
                 bar.update(1)
+                if uploads:
+                    uploads.submit(rec)  # uploaded while the next shards are written
+        if uploads:
+            uploads.wait()
         profile.lap("reduce", usage)
     finally:
         executor.close()
+        if uploads:
+            uploads.close()
     profile.lap("pool close")
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
-    kept = publish(out, work, manifest)  # warnings: `.nv-meta/` files of the user's, kept
+    kept = publish(out, work, manifest) if remote is None else publish_remote(remote, manifest)  # user's .nv-meta
+    if remote is not None:
+        remove_work(work)
     profile.lap("manifest")
     total_bytes = sum(r["bytes"] for r in shard_records.values())
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),

@@ -1,0 +1,210 @@
+"""`robowds export STORE s3://bucket/prefix`: the export written to a real S3 server (moto on loopback,
+behind the fault proxy of tests/fault_proxy.py, which counts requests and injects upload faults).
+
+Every object must equal, byte for byte, the file of a local export of the same store and config; a run
+SIGKILLed after its first upload leaves no manifest, and its re-run (with the local work folder gone)
+uploads only the shards not yet recorded, to the same bytes; faults on uploads are retried or end as one
+message naming the URL; an existing export is replaced only with --overwrite and only its own objects."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader import ShardDataset
+
+from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
+
+pytest.importorskip("moto")
+pytest.importorskip("s3fs")
+
+SETTINGS = ["--workers", "1", "--quiet", "--stride", "8", "--set", "shard.max_samples=8",
+            "--set", "shard.min_shards=1", "--set", "exclude=[overview]", "--set", "splits.val=0.34"]
+BUCKET = "robots"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("s3out") / "store"
+    write_synthetic_store(root, episodes=3, seed=2)
+    return root
+
+
+def local_export(store: Path, out: Path, *extra: str) -> dict[str, bytes]:
+    assert main(["export", str(store), str(out), *SETTINGS, *extra]) == 0
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def expected(store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """Every file of the local export: relative path -> bytes (2 splits: 4 shards of 28 samples, 1 of 8)."""
+    return local_export(store, tmp_path_factory.mktemp("local") / "out")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
+    with s3_behind_proxy({}, bucket=BUCKET) as (proxy, options):
+        yield proxy, options
+
+
+@pytest.fixture()
+def proxy(s3: tuple[FaultProxy, dict[str, Any]]) -> Iterator[FaultProxy]:
+    s3[0].configure(None)
+    yield s3[0]
+    s3[0].configure(None)
+
+
+def remote_tree(proxy: FaultProxy, prefix: str) -> dict[str, bytes]:
+    """Every object under s3://robots/<prefix>/ (read around the proxy): relative key -> bytes."""
+    client = moto_client(proxy)
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/")
+            for o in page.get("Contents", [])]
+    return {k[len(prefix) + 1:]: client.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in sorted(keys)}
+
+
+def puts(proxy: FaultProxy, suffix: str) -> list[str]:
+    with proxy.lock:
+        return sorted(path for (method, path), n in proxy.requests.items() for _ in range(n)
+                      if method == "PUT" and path.endswith(suffix))
+
+
+def export_s3(store: Path, url: str, options: dict[str, Any], work: Path, *extra: str) -> int:
+    return main(["export", str(store), url, *SETTINGS, "--storage-options", json.dumps(options),
+                 "--work-dir", str(work), *extra])
+
+
+def test_export_to_s3_equals_a_local_export_byte_for_byte(store: Path, expected: dict[str, bytes], proxy: FaultProxy,
+                                                        s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path) -> None:
+    options = s3[1]
+    assert export_s3(store, "s3://robots/same", options, tmp_path / "work") == 0
+    got = remote_tree(proxy, "same")
+    assert sorted(got) == sorted(expected)  # no .robowds-work/ left, nothing more, nothing less
+    assert {k for k, v in got.items() if v != expected[k]} == set()
+    shards = [k for k in expected if k.endswith(".tar")]
+    assert len(shards) == 5 and puts(proxy, ".tar") == sorted(f"/robots/same/{k}" for k in shards)  # each once
+    assert list((tmp_path / "work").iterdir()) == []  # the job's local work folder is gone, DIR is kept
+    proxy.configure(None)
+    assert export_s3(store, "s3://robots/same", options, tmp_path / "work") == 0  # up to date: writes nothing
+    assert [m for (m, _p) in proxy.requests if m in ("PUT", "POST", "DELETE")] == []
+    # the reader trains from the URL: every sample of each split, the same bytes as from the local export
+    for split, count in (("train", 28), ("val", 8)):
+        remote = [s["__key__"] for s in ShardDataset("s3://robots/same", split, shuffle=False, storage_options=options)]
+        assert len(remote) == count
+        manifest = json.loads(expected["manifest.json"])
+        assert sum(s["samples"] for s in manifest["splits"][split]["shards"]) == count
+
+
+def test_reader_reads_the_exported_url_like_the_local_folder(store: Path, expected: dict[str, bytes],
+                                                             proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+                                                             tmp_path: Path) -> None:
+    options = s3[1]
+    assert export_s3(store, "s3://robots/read", options, tmp_path / "work") == 0
+    local = tmp_path / "local"
+    for rel, data in expected.items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(data)
+
+    def samples(source: str) -> list[tuple[str, list[tuple[str, bytes]]]]:
+        ds = ShardDataset(source, "train", seed=3, storage_options=options, verify=True)
+        return [(s["__key__"], sorted((k, v.tobytes() if hasattr(v, "tobytes") else repr(v).encode())
+                                      for k, v in s.items())) for s in ds]
+    remote = samples("s3://robots/read/manifest.json")
+    assert len(remote) == 28 and remote == samples(str(local))
+
+
+def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
+        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+        tmp_path: Path) -> None:
+    options = s3[1]
+    client = moto_client(proxy)
+    proxy.configure(None, latency_s=0.15)  # each request 150 ms: the kill lands between two uploads
+    cmd = [sys.executable, "-m", "robowds.export", str(store), "s3://robots/kill", *SETTINGS,
+           "--storage-options", json.dumps(options), "--work-dir", str(tmp_path / "first")]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            listed = client.list_objects_v2(Bucket=BUCKET, Prefix="kill/").get("Contents", [])
+            if any(o["Key"].endswith(".tar") for o in listed):  # a first shard uploaded
+                break
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
+    after_kill = remote_tree(proxy, "kill")
+    assert "manifest.json" not in after_kill
+    for rel in ("train.wids.json", ".nv-meta/split.yaml"):
+        assert rel not in after_kill  # published only with the manifest
+    uploaded = sorted(k for k in after_kill if k.endswith(".tar"))
+    assert 1 <= len(uploaded) < 5
+    for path in uploaded:  # a shard under its final key is complete, and so is its index; both recorded
+        assert after_kill[path] == expected[path] and after_kill[path + ".idx"] == expected[path + ".idx"]
+        assert f".robowds-work/uploaded/{path.replace('/', '__')}.json" in after_kill
+
+    proxy.configure(None)
+    assert export_s3(store, "s3://robots/kill", options, tmp_path / "second") == 0  # local work folder lost
+    shards = sorted(k for k in expected if k.endswith(".tar"))
+    assert puts(proxy, ".tar") == sorted(f"/robots/kill/{k}" for k in shards if k not in uploaded)
+    got = remote_tree(proxy, "kill")
+    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
+
+
+def test_transient_upload_faults_are_retried(store: Path, expected: dict[str, bytes], proxy: FaultProxy,
+                                             s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path) -> None:
+    proxy.configure("reset", every=1, suffix=".tar", per_target=1)  # each shard's first PUT: connection reset
+    assert export_s3(store, "s3://robots/flaky", s3[1], tmp_path / "work") == 0
+    assert proxy.faults == 5
+    assert len(puts(proxy, ".tar")) == 2 * 5  # each shard PUT once more
+    got = remote_tree(proxy, "flaky")
+    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
+
+
+def test_permanent_failures_are_one_message_naming_the_url(store: Path, proxy: FaultProxy,
+                                                           s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    proxy.configure("403", every=1, suffix=".tar")
+    assert export_s3(store, "s3://robots/denied", s3[1], tmp_path / "work") == 2
+    err = capsys.readouterr().err
+    assert "error: cannot write s3://robots/denied/train/shard-00000" in err and "access denied" in err
+    assert "fix: use credentials that may list, read, write and delete objects" in err
+    assert "manifest.json" not in remote_tree(proxy, "denied")
+    proxy.configure(None)
+    assert export_s3(store, "s3://nobucket/x", s3[1], tmp_path / "work") == 2
+    err = capsys.readouterr().err
+    assert "the bucket 'nobucket' does not exist" in err and "aws s3 mb s3://nobucket" in err
+    assert "Traceback" not in err
+
+
+def test_overwrite_replaces_only_objects_robowds_wrote(store: Path, expected: dict[str, bytes], proxy: FaultProxy,
+                                                       s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    options, client = s3[1], moto_client(proxy)
+    client.put_object(Bucket=BUCKET, Key="over/notes.txt", Body=b"mine")
+    assert export_s3(store, "s3://robots/over", options, tmp_path / "work") == 2  # not empty, no export
+    assert "is not empty and holds no robowds export" in capsys.readouterr().err
+    client.delete_object(Bucket=BUCKET, Key="over/notes.txt")
+    assert export_s3(store, "s3://robots/over", options, tmp_path / "work", "--set", "splits.val=0") == 0
+    client.put_object(Bucket=BUCKET, Key="over/notes.txt", Body=b"mine")
+    assert export_s3(store, "s3://robots/over", options, tmp_path / "work") == 2  # another config
+    assert "pass --overwrite" in capsys.readouterr().err
+    client.put_object(Bucket=BUCKET, Key="over/val/shard-000000.tar", Body=b"not ours")
+    proxy.configure(None)
+    assert export_s3(store, "s3://robots/over", options, tmp_path / "work", "--overwrite") == 2
+    assert "in the way of the new export" in (err := capsys.readouterr().err) and "val/shard-000000.tar" in err
+    assert not [p for (m, p) in proxy.requests if m == "PUT" and p.endswith(".tar")]  # refused before uploading
+    client.delete_object(Bucket=BUCKET, Key="over/val/shard-000000.tar")
+    assert export_s3(store, "s3://robots/over", options, tmp_path / "work", "--overwrite") == 0
+    got = remote_tree(proxy, "over")
+    assert got.pop("notes.txt") == b"mine"
+    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
