@@ -27,6 +27,7 @@ run $PY scripts/bench_remote.py
 run $PY scripts/bench_plan.py
 run $PY scripts/bench_mixture.py --repeats 3
 run $PY scripts/bench_fields.py --episodes 8
+run $PY scripts/bench_layout.py
 run $PY scripts/bench_convert.py --repeats 3
 run $PY scripts/bench_video_export.py --repeats 3
 echo
