@@ -103,8 +103,7 @@ class SampleLayout:
         self._arrays = tuple((s.field, s.shape, s.dtype, s.array, s.order) for s in slots if isinstance(s, _Fixed))
         self._arrays += tuple((field, shape, dtype, s.header + BLOCK + offset, order)
                               for s in packed for field, shape, dtype, offset, order in s.packed.arrays)
-        self._segments = tuple((s.header + BLOCK + at, expected) for s in packed for at, expected in s.packed.segments)
-        self._crcs = tuple((s.header + BLOCK + a, s.header + BLOCK + b) for s in packed for a, b in s.packed.crcs)
+        self._packed = tuple((s.header + BLOCK, s.packed) for s in packed)
         self._variable = tuple(s for s in slots if isinstance(s, _Variable))
         self._fields = tuple(s.field for s in slots if not isinstance(s, _Packed))  # the checked walk's dict order
         if packed:  # the checked walk unpacks, then sorts by suffix (`npz.unpack`)
@@ -127,12 +126,8 @@ class SampleLayout:
             at += start
             if buf[at:at + k + len(tail)] != key + tail:
                 return None
-        for at, expected in self._segments:
-            at += start
-            if buf[at:at + len(expected)] != expected:
-                return None
-        for local, central in self._crcs:
-            if buf[start + local:start + local + 4] != buf[start + central:start + central + 4]:
+        for at, zipped in self._packed:
+            if not zipped.matches(buf, start + at):
                 return None
         sizes = [_variable_size(buf, start, key, key_sum, slot) for slot in self._variable]
         if -1 in sizes:
