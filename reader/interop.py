@@ -13,6 +13,10 @@ decoders would unpickle them. Each call decodes one sample; nothing is cached or
 Hugging Face `datasets` (its `webdataset` loader) decodes `.npy` members itself into Arrow lists (values
 exact, in the Arrow type numpy's dtype maps to) and hands cameras back as bytes: `hf_transform(features)`
 turns the lists back into arrays of the stored dtype and decodes the cameras.
+
+An `npz` layout export (`reader/npz.py`) holds a sample's arrays in one `arrays.npz` member:
+`decode_members` replaces it by its entries under the keys the `members` layout has (`joints.npy`),
+`wds_decoder` decodes it to a dict of arrays (as webdataset's own `.npz` handler does).
 """
 
 from __future__ import annotations
