@@ -344,6 +344,15 @@ def test_verify_checks_the_packed_member(outs: dict[str, Path], tmp_path: Path,
             ) in printed.out + printed.err
 
 
+def test_inspect_shows_the_same_window(outs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    printed = []
+    for out in (outs["members"], outs["npz1"]):
+        capsys.readouterr()
+        assert main(["inspect", str(out), "--index", "3"]) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1] and "joints" in printed[0] and "arrays" not in printed[0]
+
+
 # -- other tools ---------------------------------------------------------------------------------------
 
 

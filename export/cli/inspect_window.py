@@ -15,6 +15,7 @@ from robowds.export.errors import UserError
 from robowds.export.job.publish import load_finished_manifest
 from robowds.reader.decode import decode_sample
 from robowds.reader.format import read_sample
+from robowds.reader.npz import unpack
 from robowds.reader.manifest import ManifestError, ShardIndexError, read_local_index, shards_of
 
 
@@ -43,7 +44,7 @@ def load_window(out: Path, split: str, key: str | None, index: int | None) -> tu
             try:
                 found, members = read_sample(memoryview(data)[start:stop], f"shard {shard.path}", start)
                 if key is None or found == key:
-                    return manifest, decode_sample(found, members)
+                    return manifest, decode_sample(found, unpack(members, f"shard {shard.path}", start))
             except ValueError as exc:  # ShardFormatError too: a damaged shard, named once with its byte
                 text = str(exc) if str(exc).startswith("shard ") else f"shard {shard.path}: byte {start}: {exc}"
                 raise UserError(text, hint=f"`robowds verify {out}` checks every shard; export again to repair "
