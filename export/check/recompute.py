@@ -20,6 +20,7 @@ from robowds.export.job.spec import resolve
 from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.store.schema import fingerprint
 from robowds.reader.format import read_sample
+from robowds.reader.npz import unpack
 from robowds.reader.manifest import read_local_index, shards_of
 
 
@@ -91,7 +92,7 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
 
 
 def _diff(new: bytes, old: bytes) -> str:
-    a = {k: bytes(v) for k, v in read_sample(new)[1].items()}
-    b = {k: bytes(v) for k, v in read_sample(old)[1].items()}
+    a = {k: bytes(v) for k, v in unpack(read_sample(new)[1]).items()}  # npz layout: the differing entries
+    b = {k: bytes(v) for k, v in unpack(read_sample(old)[1]).items()}
     names = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     return f" (members {', '.join(names)})" if names else ""
