@@ -84,7 +84,8 @@ def field_schema(schema: "StoreSchema", job: "JobSpec") -> dict[str, dict[str, A
 class SplitStats:
     """Per split and field accumulators that each staged record's statistics are folded into as the
     record is loaded (and then dropped from it): memory is one folded state per split and field, not
-    one state per episode."""
+    one state per episode. A map task folds its batch's records (`fold`) and hands back `states()`;
+    the parent folds those (`fold_states`) as the tasks finish, so this work runs in the workers."""
 
     def __init__(self) -> None:
         self._acc: dict[str, dict[str, StatsAccumulator]] = {}
@@ -101,6 +102,25 @@ class SplitStats:
                     acc = self._acc.setdefault(record["split"], {}).setdefault(name, StatsAccumulator())
                     acc.add_state(state)
         return record
+
+    def states(self) -> dict[str, dict[str, dict]]:
+        """split -> field -> the folded state (`FieldStats.to_state`): what a map task hands back for its
+        batch of episodes, so the parent folds one state per batch instead of one per episode. Exact:
+        a fold's result depends only on the multiset of values, never on how they were grouped
+        (export/core/stats.py), so the bytes do not depend on the batch size or the worker count."""
+        out: dict[str, dict[str, dict]] = {}
+        for split, fields in self._acc.items():
+            for name, acc in fields.items():
+                merged = acc.result()
+                if merged is not None:
+                    out.setdefault(split, {})[name] = merged.to_state()
+        return out
+
+    def fold_states(self, states: dict[str, dict[str, dict]]) -> None:
+        """Fold another SplitStats' `states()` (a map task's batch) into this one."""
+        for split, fields in states.items():
+            for name, state in fields.items():
+                self._acc.setdefault(split, {}).setdefault(name, StatsAccumulator()).add_state(state)
 
     def result(self) -> dict[str, dict[str, FieldStats]]:
         """split -> field -> merged statistics (fields without valid steps left out)."""

@@ -192,12 +192,13 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         executor.check_shared(work, schema.local_folders())  # tasks read these, write into work
         ids = schema.episode_ids
         per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * executor.workers)))
+        split_stats = SplitStats()  # one state per split and field, folded batch by batch as tasks finish
         with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
-            for done in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
-                bar.update(len(done))
+            for batch in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
+                split_stats.fold_states(batch.stats)  # the batch's statistics, folded by its task
+                bar.update(len(batch.episode_ids))
         profile.lap("map", usage)
-        split_stats = SplitStats()  # statistics folded record by record: not all episodes' at once
-        records = [split_stats.fold(load_record(work, job.index[ep])) for ep in ids]
+        records = [load_record(work, job.index[ep]) for ep in ids]
         failed = [r for r in records if r["error"]]
         if failed and config["on_bad_episode"] == "fail":
             listed = "\n  ".join(f"episode {r['episode_id']!r}" + (f", field {r['error']['field']!r}" if

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from robowds.export.errors import EpisodeError
 from robowds.export.job.build import EpisodeWindows, build_episode
 from robowds.export.job.fsio import fsync_write
+from robowds.export.job.report import SplitStats
 from robowds.export.job.spec import JobSpec
 from robowds.export.store.episodes import EpisodeLoader
 
@@ -26,11 +28,28 @@ def episode_paths(work: Path, index: int) -> tuple[Path, Path]:
     return work / f"ep-{index:06d}.bin", work / f"ep-{index:06d}.rec"
 
 
-def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
-    """Map task: build and stage the windows of a batch of episodes (skipping staged ones)."""
+@dataclass(frozen=True)
+class StagedBatch:
+    """What a map task hands back: its episodes, and their statistics folded per split and field
+    (`SplitStats.states`; episodes staged by an earlier run included, from their records)."""
+
+    episode_ids: list[str]
+    stats: dict[str, dict[str, dict]]
+
+
+def stage_episodes(args: tuple[JobSpec, list[str]]) -> StagedBatch:
+    """Map task: build and stage the windows of a batch of episodes (skipping staged ones), and fold
+    their statistics here, in the worker, rather than one record at a time in the parent."""
     job, episode_ids = args
     work = Path(job.work)
-    todo = [ep for ep in episode_ids if not episode_paths(work, job.index[ep])[1].exists()]
+    split_stats = SplitStats()
+    todo = []
+    for ep in episode_ids:
+        rec_path = episode_paths(work, job.index[ep])[1]
+        if rec_path.exists():
+            split_stats.fold(msgpack.unpackb(rec_path.read_bytes(), raw=False))
+        else:
+            todo.append(ep)
     for ep, data in zip(todo, EpisodeLoader(job.schema, job.load_fields).load(todo)):
         bin_path, rec_path = episode_paths(work, job.index[ep])
         record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None}
@@ -55,8 +74,12 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> list[str]:
         except EpisodeError as exc:
             record["error"] = {"field": exc.field, "message": exc.reason, "hint": exc.hint}
         fsync_write(rec_path, msgpack.packb(record, use_bin_type=True))
-    return episode_ids
+        split_stats.fold(record)
+    return StagedBatch(episode_ids, split_stats.states())
 
 
 def load_record(work: Path, index: int) -> dict[str, Any]:
-    return msgpack.unpackb(episode_paths(work, index)[1].read_bytes(), raw=False)
+    """An episode's staged record without its statistics (its map task folded them)."""
+    record = msgpack.unpackb(episode_paths(work, index)[1].read_bytes(), raw=False)
+    record.pop("stats", None)
+    return record
