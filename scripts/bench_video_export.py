@@ -1,7 +1,7 @@
-"""Video export against the decode limit, on the real G1 data: export ms per window for the jpg and mp4
-encodings against the time to decode the source alone, measured in one run.
+"""Video export against the decode limit, on the real G1 data: export ms per window for the jpg, mp4 and
+mp4-intra encodings against the time to decode the source alone, measured in one run.
 
-    .venv/bin/python scripts/bench_video_export.py          # ~1 minute on 2 cores
+    .venv/bin/python scripts/bench_video_export.py          # ~3 minutes on 2 cores
 
 The store: `robowds convert lerobot` of the vendored tests/data/real/unitree_g1_lerobot_v2.1_real (2
 episodes, 736 frames of AV1 640x480 at 30 fps, 26-D state and action, task text). The export (in this
@@ -16,12 +16,16 @@ then spends at most 3/7 of the decode time on everything else). Figures are the 
 runs, wall clock and CPU time of this process both (on a shared machine the CPU time is the steadier).
 
 Breakdown, per window (= per frame): decode (the decode-only time), conversion (crop, scale, to RGB:
-`robowds.export.media.planes.FrameConverter` on every decoded frame, RGBX for jpg as the export does),
-encode (jpg: one JPEG per frame; mp4: one yuv420p conversion per frame and one 2-frame clip per
-window; mp4-intra: one yuv420p conversion and one intra packet per frame, one mux per window), and the
-rest of the export (time series, tar members, staging and shard files, manifest) = export - the three.
-The conversion the export did before (RGB first, crop, scale the RGB crop) is timed too, for
-comparison.
+`robowds.export.media.planes.FrameConverter` on every decoded frame, RGBX for jpg as the export does;
+mp4-intra: crop and scale only, the encoder takes the scaled yuv420p planes), encode (jpg: one JPEG
+per frame; mp4: one yuv420p conversion per frame and one 2-frame clip per window; mp4-intra: one
+intra packet per frame, one mux per window), and the rest of the export (time series, tar members,
+staging and shard files, manifest) = export - the three. The same export without the camera is timed
+too (what the export costs besides its video), and the conversion the export did before the plane
+rule (RGB first, crop, scale the RGB crop), for comparison.
+
+Quality: bytes per frame and PSNR of every stored frame (decoded as the reader decodes it) against
+the stored RGB frame, per encoding, and of mp4-intra's frames against mp4's.
 
 `--before REV` also times the same exports with the code of git revision REV (`git archive` of its
 `export/` and `reader/` as the `robowds` package, in a child process, timed inside it the same way),
@@ -51,13 +55,17 @@ CAMERA = "observation_images_cam_high"
 SIZE, FPS = (224, 224), 30
 TARGET = 0.70
 ENCODINGS = ("jpg", "mp4", "mp4-intra")
+NO_CAMERA = "no camera"
 
 
 def export_args(store: Path, out: Path, encoding: str) -> list[str]:
-    """The measured export: 30 Hz grid, stride 1, 2 steps per stream, centre crop to 224x224."""
+    """The measured export: 30 Hz grid, stride 1, 2 steps per stream, centre crop to 224x224; encoding
+    NO_CAMERA: the same export with the camera left out (what the export costs besides its video)."""
     sets = {"window.rate_hz": str(FPS), "window.duration_s": repr(2 / FPS), "window.offset_s": repr(-1 / FPS),
             f"streams.{CAMERA}.resize": f"[{SIZE[0]}, {SIZE[1]}]", f"streams.{CAMERA}.crop": "center",
-            f"streams.{CAMERA}.encoding": encoding}
+            f"streams.{CAMERA}.encoding": "jpg" if encoding == NO_CAMERA else encoding}
+    if encoding == NO_CAMERA:
+        sets["exclude"] = f"[{CAMERA}]"
     args = ["export", str(store), str(out), "--quiet", "--workers", "1", "--fps", str(FPS), "--stride", "1"]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
@@ -153,12 +161,15 @@ def components(videos: list[Path], encoding: str) -> dict[str, tuple[float, floa
                 converter = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE,
                                            rgbx=encoding == "jpg")
                 old = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE, exact=True)
-            rgb = add("convert", lambda: converter(frame))  # [224, 224, 3]
+            if encoding == "mp4-intra":  # the scaled yuv420p planes go to the encoder: no RGB
+                rgb = add("convert", lambda: converter.scaled(frame))
+            else:
+                rgb = add("convert", lambda: converter(frame))  # [224, 224, 3], RGBX [224, 224, 4] for jpg
             add("convert (before: RGB first)", lambda: old(frame))
             if encoding == "jpg":
                 add("encode", lambda: jpeg_bytes(rgb))
             elif encoding == "mp4-intra":
-                part = add("encode", lambda: intra.packet(to_yuv420p(rgb, yuv)))
+                part = add("encode", lambda: intra.packet(rgb))
                 pair = [previous or part, part]
                 add("encode", lambda: intra.clip(pair))
                 previous = part
@@ -170,10 +181,122 @@ def components(videos: list[Path], encoding: str) -> dict[str, tuple[float, floa
     return {name: (wall, cpu) for name, (wall, cpu) in totals.items()}
 
 
+def quality(videos: list[Path]) -> dict[str, tuple[float, float]]:
+    """Per encoding: (bytes per frame, PSNR dB of every stored frame against the stored RGB frame,
+    squared errors pooled over all frames), each frame taken as the anchor frame of its window (the
+    window of it and the frame before, as the export stores it); "mp4-intra vs mp4": the PSNR of the
+    two encodings' decoded frames against each other."""
+    import numpy as np
+    from av.video.reformatter import VideoReformatter
+
+    from robowds.export.media.clips import IntraClips, encode_clip, psnr_of_mse, to_yuv420p
+    from robowds.export.media.geometry import crop_box
+    from robowds.export.media.images import jpeg_bytes
+    from robowds.export.media.planes import FrameConverter
+    from robowds.reader.decode import decode_member
+
+    sums = {name: [0, 0.0, 0] for name in (*ENCODINGS, "mp4-intra vs mp4")}  # bytes, squared error, values
+
+    def add(name: str, size: float, stored: np.ndarray, reference: np.ndarray) -> None:
+        sums[name][0] += size
+        sums[name][1] += float(((stored.astype(np.float64) - reference) ** 2).sum())
+        sums[name][2] += stored.size
+
+    for path in videos:
+        converter, yuv, intra, previous = None, VideoReformatter(), IntraClips(SIZE[0], SIZE[1], FPS), None
+        for frame in decoded(path):
+            if converter is None:
+                box = crop_box(frame.width, frame.height, "center", SIZE)
+                converter = FrameConverter(frame.width, frame.height, frame.format.name, box, SIZE)
+            scaled = converter.scaled(frame)
+            rgb = converter.to_rgb(scaled)  # [224, 224, 3]
+            reference = rgb.astype(np.float64)
+            jpg = jpeg_bytes(rgb)
+            add("jpg", len(jpg), decode_member("jpg", jpg), reference)
+            current = (to_yuv420p(rgb, yuv), intra.packet(scaled))
+            pair = previous or current
+            clip = encode_clip([pair[0], current[0]], FPS, "mp4")
+            mp4 = decode_member("mp4", clip)[1]
+            add("mp4", len(clip) / 2, mp4, reference)
+            clip = intra.clip([pair[1], current[1]])
+            mp4_intra = decode_member("mp4", clip)[1]
+            add("mp4-intra", len(clip) / 2, mp4_intra, reference)
+            add("mp4-intra vs mp4", 0, mp4_intra, mp4.astype(np.float64))
+            previous = current
+    frames = sum(1 for path in videos for _ in decoded(path))
+    return {name: (size / frames, psnr_of_mse(sq / count)) for name, (size, sq, count) in sums.items()}
+
+
+X264_SETTINGS = [("ultrafast", "zerolatency", 23), ("ultrafast", "zerolatency", 18), ("superfast", "zerolatency", 20),
+                 ("veryfast", "zerolatency", 23)]
+
+
+def x264_clip(pair: list[Any], preset: str, tune: str, crf: int) -> bytes:
+    """A 2-frame libx264 clip (one thread, bitexact flags) of yuv420p frames, for `--x264` only: the
+    export does not offer libx264 (not byte-reproducible on real frames, docs/video-and-images.md)."""
+    from fractions import Fraction
+
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4", options={"fflags": "+bitexact"}) as container:
+        stream: Any = container.add_stream("libx264", rate=Fraction(FPS), options={
+            "flags": "+bitexact", "preset": preset, "tune": tune, "crf": str(crf), "x264-params": "log=-1"})
+        stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
+        stream.thread_count = 1
+        for i, frame in enumerate(pair):
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buf.getvalue()
+
+
+def x264_rows(video: Path, count: int = 120) -> list[tuple[str, float, float, float, float]]:
+    """`--x264`: per-window 2-frame clips of the first `count` frames of `video` by mp4, mp4-intra and
+    libx264 settings: (name, CPU ms per window, bytes per frame, PSNR dB of the anchor frames against
+    the stored RGB and against mp4's)."""
+    import numpy as np
+    from av.video.reformatter import VideoReformatter
+
+    from robowds.export.media.clips import IntraClips, encode_clip, psnr_of_mse, to_yuv420p
+    from robowds.export.media.geometry import crop_box
+    from robowds.export.media.planes import FrameConverter
+    from robowds.reader.decode import decode_member
+
+    frames = [f for _, f in zip(range(count), decoded(video))]
+    converter = FrameConverter(frames[0].width, frames[0].height, frames[0].format.name,
+                               crop_box(frames[0].width, frames[0].height, "center", SIZE), SIZE)
+    scaled = [converter.scaled(f) for f in frames]
+    rgbs = [converter.to_rgb(s).astype(np.float64) for s in scaled]  # [224, 224, 3] each
+    yuv = VideoReformatter()
+    yuvs = [to_yuv420p(converter.to_rgb(s), yuv) for s in scaled]
+    intra = IntraClips(SIZE[0], SIZE[1], FPS)
+    packets = [intra.packet(s) for s in scaled]
+    makers: list[tuple[str, Callable[[int], bytes]]] = [
+        ("mp4 (MPEG-4 part 2, 0.6 bit/pixel)", lambda k: encode_clip([yuvs[max(k - 1, 0)], yuvs[k]], FPS, "mp4")),
+        ("mp4-intra (shared packets: mux only)", lambda k: intra.clip([packets[max(k - 1, 0)], packets[k]]))]
+    makers += [(f"libx264 {p} {t} crf {c}", lambda k, p=p, t=t, c=c: x264_clip([yuvs[max(k - 1, 0)], yuvs[k]], p, t, c))
+               for p, t, c in X264_SETTINGS]
+    rows, reference = [], None
+    for name, make in makers:
+        cpu = time.process_time()
+        clips = [make(k) for k in range(count)]
+        cpu = (time.process_time() - cpu) / count
+        anchors = [decode_member("mp4", clip)[1].astype(np.float64) for clip in clips]  # [224, 224, 3] each
+        reference = reference or anchors
+        rows.append((name, cpu * 1e3, sum(map(len, clips)) / 2 / count,
+                     psnr_of_mse(float(np.mean([((a - r) ** 2).mean() for a, r in zip(anchors, rgbs)]))),
+                     psnr_of_mse(float(np.mean([((a - r) ** 2).mean() for a, r in zip(anchors, reference)])))))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--before", metavar="REV", help="also time the exports with git revision REV's code")
+    parser.add_argument("--x264", action="store_true", help="also time libx264 per-window clips (not offered)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # STORE OUT REPEATS, for --before
     args = parser.parse_args()
     if args.child:
@@ -192,7 +315,7 @@ def main() -> None:
         frames = decode_only(videos)
         best: dict[str, tuple[float, float]] = {}
         for _ in range(args.repeats):  # interleaved, so slow spells of a shared machine hit every row
-            for name in ("decode", *ENCODINGS):
+            for name in ("decode", *ENCODINGS, NO_CAMERA):
                 if name == "decode":
                     wall, cpu, _ = timed(lambda: decode_only(videos))
                 else:
@@ -200,6 +323,8 @@ def main() -> None:
                 old = best.get(name, (float("inf"), float("inf")))
                 best[name] = (min(old[0], wall), min(old[1], cpu))
         parts = {enc: components(videos, enc) for enc in ENCODINGS}
+        scores = quality(videos)
+        x264 = x264_rows(videos[0]) if args.x264 else []
         before = before_times(args.before, store, Path(tmp), args.repeats) if args.before else {}
     ms = 1e3 / frames  # seconds over all frames (= windows) -> ms per frame (= per window)
     decode = best["decode"]
@@ -213,6 +338,9 @@ def main() -> None:
             met = "met" if min(ratio) >= TARGET else ("met on CPU time" if ratio[1] >= TARGET else "missed")
             print(f"  {label} {enc} ms/window{'':<{32 - len(label) - len(enc)}}{wall * ms:6.2f} | {cpu * ms:6.2f}"
                   f"   -> {ratio[0]:.0%} | {ratio[1]:.0%} of the decode-only rate (target {TARGET:.0%}: {met})")
+    wall, cpu = best[NO_CAMERA]
+    print(f"  export without the camera ms/window{'':<13}{wall * ms:6.2f} | {cpu * ms:6.2f}   (time series, members, "
+          "shards, manifest)")
     print("breakdown per window, wall | CPU (rest = export - decode - convert - encode):")
     for enc in ENCODINGS:
         rows = {"decode": decode, **parts[enc]}
@@ -220,6 +348,14 @@ def main() -> None:
         rows["rest of the export"] = rest
         for name, (wall, cpu) in rows.items():
             print(f"  {enc:<9} {name:<30} {wall * ms:6.2f} | {cpu * ms:6.2f}")
+    print("stored frames (each the anchor of its 2-frame window) against the stored RGB, all frames pooled:")
+    for name, (size, db) in scores.items():
+        print(f"  {name:<17} {db:6.2f} dB" + (f"   {size:8,.0f} bytes/frame" if size else ""))
+    if x264:
+        print(f"2-frame clips of the first 120 frames of {videos[0].name}, CPU ms per window (one thread), bytes "
+              "per frame, PSNR of the anchor frames against the stored RGB and against mp4's:")
+    for name, cpu, size, db, vs_mp4 in x264:
+        print(f"  {name:<38} {cpu:6.2f} ms {size:8,.0f} B  {db:6.2f} dB  {vs_mp4:6.2f} dB vs mp4")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
