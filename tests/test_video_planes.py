@@ -415,7 +415,7 @@ def test_mp4_intra_windows_are_standalone_clips_of_frames_encoded_once(tmp_path:
     for k in range(1, 19):  # the frame shared by windows k and k + 1 is one packet, muxed into both
         assert _packets(clips[f"ep0_{k:06d}"])[1][2] == _packets(clips[f"ep0_{k + 1:06d}"])[0][2]
     manifest = parse_manifest((tmp_path / "intra" / "manifest.json").read_bytes())
-    assert manifest["schema"]["cam"]["encoding"] == "mp4-intra"
+    assert (manifest["schema"]["cam"]["encoding"], manifest["schema"]["cam"]["codec"]) == ("mp4-intra", "mpeg4")
     _export(store, tmp_path / "again", "mp4-intra")
     assert _members(tmp_path / "again", "cam.mp4") == clips  # byte-reproducible
 

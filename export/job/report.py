@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from robowds.export.store.schema import StoreSchema
 
 
-VIDEO_CODECS = {"mp4": MP4_CODEC, "av1": "av1", "jpg": "jpeg"}  # raw has none
+VIDEO_CODECS = {"mp4": MP4_CODEC, "mp4-intra": MP4_CODEC, "av1": "av1", "jpg": "jpeg"}  # raw has none
 IMAGE_CODECS = {"png": "png", "jpg": "jpeg"}
 MISSING_LISTED = 20  # episodes named per camera in the report's missing-frame list (bounded report)
 
