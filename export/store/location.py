@@ -188,6 +188,7 @@ class StoreLocation:
         be reached is a `RemoteStoreError`, not False."""
         if self.local:
             return self.path.is_dir()
+        self.fs().invalidate_cache(self._key())  # a listing cached earlier in this process may be stale
         try:
             self._remote(lambda: self.fs().ls(self._key()))  # isdir() would hide a missing bucket or no access
         except RemoteStoreError as exc:
@@ -211,6 +212,7 @@ class StoreLocation:
         if self.local:
             return [(p.relative_to(self.path).as_posix(), p.stat().st_size) for p in _local_files(self.path)]
         root = self._key()
+        self.fs().invalidate_cache(root)
         found = self._remote(lambda: self.fs().find(root, detail=True))
         rels = [(name[len(root) + 1:], int(info.get("size") or 0)) for name, info in found.items()
                 if info.get("type") == "file" and name.startswith(root + "/")]
