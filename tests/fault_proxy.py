@@ -41,8 +41,9 @@ class FaultProxy(socketserver.ThreadingTCPServer):
     for one (method, path, Range), so a retry eventually gets through whatever the threads'
     interleaving. Modes: reset (RST instead of a response), cut (Content-Length kept, body stopped
     after CUT_AT bytes, RST), short (a consistent response of CUT_AT bytes), delay (DELAY_S before
-    answering), 503 (SlowDown), 403 (AccessDenied), ignore_range (the request forwarded without
-    Range: 200 and the whole object), extra (206 with 100 bytes too many).
+    answering), 503 (SlowDown), 403 (AccessDenied, answered without forwarding: a denied upload
+    writes nothing), ignore_range (the request forwarded without Range: 200 and the whole object),
+    extra (206 with 100 bytes too many); `method` limits the faults to one HTTP method.
 
     Independently of the mode: `reset_every` > 0 resets every that-many-th new connection before it
     is read (a middlebox dropping connections), and `latency_s` is added before every answer."""
@@ -54,7 +55,7 @@ class FaultProxy(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
         self.upstream = upstream
         self.mode: str | None = None
-        self.every, self.only, self.suffix, self.per_target = 3, "", "", 2
+        self.every, self.only, self.suffix, self.per_target, self.method = 3, "", "", 2, ""
         self.count, self.faults = 0, 0
         self.spoiled: dict[tuple[str, str, str], int] = {}
         self.latency_s, self.reset_every, self.connections = 0.0, 0, 0
@@ -67,11 +68,11 @@ class FaultProxy(socketserver.ThreadingTCPServer):
         return int(self.server_address[1])
 
     def configure(self, mode: str | None, every: int = 3, only: str = "", per_target: int = 2,
-                  latency_s: float = 0.0, reset_every: int = 0, suffix: str = "") -> None:
-        """Set the faults and zero every counter."""
+                  latency_s: float = 0.0, reset_every: int = 0, suffix: str = "", method: str = "") -> None:
+        """Set the faults and zero every counter; `method` ("PUT"): spoil only requests of that method."""
         with self.lock:
             self.mode, self.every, self.only, self.per_target = mode, every, only, per_target
-            self.suffix = suffix
+            self.suffix, self.method = suffix, method
             self.latency_s, self.reset_every = latency_s, reset_every
             self.count, self.faults, self.spoiled, self.connections = 0, 0, {}, 0
             self.requests = Counter()
@@ -95,7 +96,7 @@ class FaultProxy(socketserver.ThreadingTCPServer):
         with self.lock:
             self.requests[(method, path)] += 1
             self.ranges.append((method, path, headers.get("range", "")))
-            if (self.mode is None or self.only not in path
+            if (self.mode is None or self.only not in path or (self.method and method != self.method)
                     or not path.split("?")[0].endswith(self.suffix)):
                 return None
             self.count += 1
@@ -137,6 +138,12 @@ class _ProxyHandler(socketserver.BaseRequestHandler):
                 if fault == "reset":
                     _reset(conn)
                     return
+                if fault == "403":  # denied before it reaches the store: a denied upload writes nothing
+                    head = ["HTTP/1.1 403 Forbidden", "Content-Type: application/xml", f"Content-Length: {len(DENIED)}",
+                            "Connection: keep-alive"]
+                    body = b"" if method == "HEAD" else DENIED
+                    conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+                    continue
                 forward = {k: v for k, v in raw if k.lower() not in HOP_BY_HOP
                            and not (fault == "ignore_range" and k.lower() == "range")}
                 upstream = http.client.HTTPConnection("127.0.0.1", server.upstream, timeout=30)
@@ -148,9 +155,8 @@ class _ProxyHandler(socketserver.BaseRequestHandler):
                 upstream.close()
                 if fault == "delay":
                     time.sleep(DELAY_S)
-                elif fault in ("503", "403"):
-                    status, reason, data = ((503, "Slow Down", SLOWDOWN) if fault == "503"
-                                            else (403, "Forbidden", DENIED))
+                elif fault == "503":
+                    status, reason, data = 503, "Slow Down", SLOWDOWN
                     length, out = len(data), [("Content-Type", "application/xml")]
                 elif fault == "short" and method == "GET":
                     data, length = data[:CUT_AT], min(CUT_AT, len(data))

@@ -208,3 +208,31 @@ def test_overwrite_replaces_only_objects_robowds_wrote(store: Path, expected: di
     got = remote_tree(proxy, "over")
     assert got.pop("notes.txt") == b"mine"
     assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
+
+
+def test_failed_overwrite_keeps_the_old_export_and_a_rerun_finishes_the_publish(
+        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    options = s3[1]
+    assert export_s3(store, "s3://robots/keep", options, tmp_path / "work", "--set", "splits.val=0") == 0
+    old = remote_tree(proxy, "keep")
+    assert "train/shard-000004.tar" in old  # 5 train shards: the new export has 4, so one is removed
+    # a shard upload denied for good: the old export stays complete, byte for byte (new shards are staged)
+    proxy.configure("403", every=1, only="/robots/keep/.robowds-work/ready/train/shard-000002.tar", method="PUT")
+    assert export_s3(store, "s3://robots/keep", options, tmp_path / "work", "--overwrite") == 2
+    assert "access denied" in capsys.readouterr().err
+    now = remote_tree(proxy, "keep")
+    assert {k: now.get(k) for k in old} == old  # what the old manifest lists (and it) untouched
+    assert {k.split("/")[0] for k in set(now) - set(old)} <= {".robowds-work", "val"}  # new keys it never reads
+    # the new manifest's PUT denied, after the journal: no manifest at all (never a half state) ...
+    proxy.configure("403", every=1, only="/robots/keep/manifest.json", method="PUT")
+    assert export_s3(store, "s3://robots/keep", options, tmp_path / "work", "--overwrite") == 2
+    assert "cannot write s3://robots/keep/manifest.json: access denied" in capsys.readouterr().err
+    now = remote_tree(proxy, "keep")
+    assert "manifest.json" not in now and ".robowds-work/publish.json" in now
+    # ... and the next run finishes that publish (uploading nothing again), to the local export's bytes
+    proxy.configure(None)
+    assert export_s3(store, "s3://robots/keep", options, tmp_path / "work", "--overwrite") == 0
+    assert [p for (m, p) in proxy.requests if m == "PUT" and "/ready/" in p] == []
+    got = remote_tree(proxy, "keep")
+    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
