@@ -6,9 +6,10 @@ tables through pyarrow on a ranged file object, media (videos, images) streamed 
 
 Why ranged file objects with a small block: s3fs's default block is 50 MB, so the first read of a
 video would download most of it; PyAV and pyarrow read a container or a Parquet footer in small
-pieces and seek (an mp4 whose `moov` index sits at the end is read there, then from the front), so a
-`readahead` cache of `BLOCK_BYTES` fetches about what is used, one GET per block. The block is the
-store's `storage_options["default_block_size"]` (s3fs, gcsfs) or `["block_size"]` when given.
+pieces and seek (an mp4 whose `moov` index sits at the end is read there, then from the front), so
+blocks of `BLOCK_BYTES` fetch about what is used, one GET per block: tables through a `readahead`
+cache, media through blocks this process keeps for the file's next open (`open_media`). The block is
+the store's `storage_options["default_block_size"]` (s3fs, gcsfs) or `["block_size"]` when given.
 
 Why a filesystem per process: fsspec's asynchronous filesystems (s3fs, gcsfs) run an event loop in a
 thread, which a forked worker does not inherit. `filesystem()` makes one per (process, protocol,
@@ -18,17 +19,22 @@ options, so it pickles to worker processes and Ray tasks.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import posixpath
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Iterator
 
 BLOCK_BYTES = 4 << 20  # one GET: ~20-40 ms of S3 latency against ~40 ms of transfer at 100 MB/s
+MEDIA_BLOCKS = 8  # blocks of a media file kept in memory (32 MiB at 4 MiB): an episode video's every block
+MEDIA_FILES = 4  # media files whose blocks a process keeps (an episode's cameras): <= 128 MiB per process
 _FILESYSTEMS: dict[tuple[int, str, str], Any] = {}  # (pid, protocol, options) -> filesystem
+_MEDIA: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # (pid, url, options, size, version) -> BlockCache
 _LOCK = threading.Lock()
 
 
@@ -95,8 +101,9 @@ class StoreFile:
         return self.location.join(self.rel)
 
     def open(self) -> BinaryIO:
-        """A seekable binary file object, read by range in blocks (see the module docstring)."""
-        return self.location.open(self.rel)
+        """A seekable binary file object, read by range in blocks whose bytes this process keeps for the
+        next open of the same file (see `media_blocks`)."""
+        return self.location.open_media(self.rel)
 
     def read_bytes(self) -> bytes:
         return self.location.read_bytes(self.rel)
@@ -163,10 +170,38 @@ class StoreLocation:
     def open(self, rel: str) -> BinaryIO:
         if self.local:
             return open(self.path / rel, "rb")
-        block = int(self.storage_options.get("default_block_size") or self.storage_options.get("block_size")
-                    or BLOCK_BYTES)
-        return self._remote(lambda: self.fs().open(self._key(rel), "rb", block_size=block,
+        return self._remote(lambda: self.fs().open(self._key(rel), "rb", block_size=self._block(),
                                                    cache_type="readahead"), rel)
+
+    def _block(self) -> int:
+        return int(self.storage_options.get("default_block_size") or self.storage_options.get("block_size")
+                   or BLOCK_BYTES)
+
+    def open_media(self, rel: str) -> BinaryIO:
+        """A media file for PyAV: seekable, read in blocks through a cache this process keeps for the
+        file's next open. A video is opened twice per episode, probed (every packet's timestamp, which
+        reads the whole file) and then decoded: without the shared blocks its bytes crossed the network
+        twice (2.0x the file for the G1 videos), with them once when the file fits in `MEDIA_BLOCKS`."""
+        if self.local:
+            return open(self.path / rel, "rb")
+        from fsspec.caching import BlockCache
+
+        key_path = self._key(rel)
+        info = self._remote(lambda: self.fs().info(key_path), rel)
+        size = int(info["size"])
+        version = info.get("ETag") or info.get("mtime") or info.get("LastModified")  # a changed object: new blocks
+        key = (os.getpid(), self.url, rel, json.dumps(self.storage_options, sort_keys=True, default=repr), size,
+               str(version))
+        with _LOCK:
+            cache = _MEDIA.pop(key, None)
+            if cache is None:
+                def fetch(start: int, end: int) -> bytes:
+                    return self._remote(lambda: self.fs().cat_file(key_path, start=start, end=end), rel)
+                cache = BlockCache(self._block(), fetch, size, maxblocks=MEDIA_BLOCKS)
+            _MEDIA[key] = cache  # most recently used last
+            while len(_MEDIA) > MEDIA_FILES:
+                _MEDIA.popitem(last=False)
+        return io.BufferedReader(_BlockFile(cache, size), buffer_size=1 << 16)  # type: ignore[return-value]
 
     def read_bytes(self, rel: str) -> bytes:
         if self.local:
@@ -238,6 +273,39 @@ class StoreLocation:
             yield from iter(lambda: fh.read(size), b"")
 
 
+class _BlockFile(io.RawIOBase):
+    """A read-only, seekable view of a remote file through a block cache shared with its other opens."""
+
+    def __init__(self, cache: Any, size: int) -> None:
+        super().__init__()
+        self._cache, self._size, self._pos = cache, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"seek to {base + offset}, before the start of the file")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(len(buffer), self._size - self._pos)
+        if want <= 0:
+            return 0
+        data = self._cache._fetch(self._pos, self._pos + want)  # whole blocks fetched, each once while cached
+        buffer[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
 def _local_files(root: Path) -> list[Path]:
     """Every file under `root`, following linked folders (a media folder linked in under
     `media_roots`; `rglob` does not descend into those), each real folder once so a link loop ends.
@@ -270,6 +338,7 @@ def store_location(store: str | os.PathLike[str] | StoreLocation,
 def media_rel(rel: str) -> str:
     """A media path from a table of a remote store, normalised; ValueError if it could leave the store
     (`..`, absolute, a URL: object storage has no links and no media_roots, so nothing else can)."""
-    if not rel or ".." in PurePosixPath(rel).parts or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", rel) or rel.startswith("/"):
+    scheme = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", rel)  # s3:, https:, c: (a Windows drive)
+    if not rel or ".." in PurePosixPath(rel).parts or scheme or rel.startswith("/"):
         raise ValueError(rel)
     return posixpath.normpath(rel)
