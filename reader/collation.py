@@ -102,7 +102,10 @@ class _Planned:
 ALIGN = 64  # bytes: each tensor of a shared batch starts on a cache line
 
 
-def _allocate(planned: list[_Planned]) -> list[torch.Tensor]:
+StorageFn = Callable[[int], "torch.UntypedStorage | None"]  # bytes -> a shared storage to reuse, or None
+
+
+def _allocate(planned: list[_Planned], storage_fn: StorageFn | None = None) -> list[torch.Tensor]:
     """Uninitialised tensors for one batch.
 
     Inside a DataLoader worker they are views of ONE shared-memory storage, so the batch reaches the
@@ -110,7 +113,10 @@ def _allocate(planned: list[_Planned]) -> list[torch.Tensor]:
     allocates shared), and as one file descriptor: torch sends each storage's descriptor over a
     socket connection of its own, and a batch of 12 tensors took 9-12 ms to cross that way against
     1.8 ms as one storage (2 workers, this machine). Elsewhere one plain tensor each, so keeping
-    one field does not keep the whole batch alive."""
+    one field does not keep the whole batch alive. `storage_fn` (a worker's slot pool,
+    `reader/batching.py`) may supply a reused shared storage instead of a fresh one."""
+    if not planned:
+        return []
     dtypes = [torch.from_numpy(np.empty(0, p.dtype)).dtype for p in planned]
     new_shared = getattr(torch.UntypedStorage, "_new_shared", None)  # what default_collate uses too
     if get_worker_info() is None or new_shared is None:
@@ -119,7 +125,9 @@ def _allocate(planned: list[_Planned]) -> list[torch.Tensor]:
     for p in planned:
         offsets.append(total)
         total += -(-math.prod(p.shape) * p.dtype.itemsize // ALIGN) * ALIGN
-    storage = new_shared(max(1, total))
+    storage = storage_fn(total) if storage_fn is not None else None
+    if storage is None:
+        storage = new_shared(max(1, total))
     return [torch.empty(0, dtype=d).set_(storage, offset // p.dtype.itemsize, p.shape)
             for p, d, offset in zip(planned, dtypes, offsets)]
 
@@ -204,6 +212,11 @@ class Collate:
         self.channels_first = channels_first
 
     def __call__(self, samples: list[dict]) -> dict:
+        return self.collate(samples)
+
+    def collate(self, samples: list[dict], storage_fn: StorageFn | None = None) -> dict:
+        """The batch of `samples`; in a DataLoader worker its tensors lie in one shared storage, which
+        `storage_fn` may supply (a reused one, `reader/batching.py`)."""
         if not samples:
             raise ValueError("cannot collate an empty batch")
         keys = [s.get("__key__", f"<sample {i} without __key__>") for i, s in enumerate(samples)]
@@ -247,7 +260,7 @@ class Collate:
                     padded[name] = ([len(v) for v in values], pad_mask.shape[1])
         order = [m for n in names for m in (n, n + PAD_MASK_SUFFIX) if m in out]
         planned = [n for n in order if isinstance(out[n], _Planned)]
-        for name, tensor in zip(planned, _allocate([out[n] for n in planned])):
+        for name, tensor in zip(planned, _allocate([out[n] for n in planned], storage_fn)):
             out[name].fill(tensor.numpy())
             out[name] = tensor
         return {n: out[n] for n in order}

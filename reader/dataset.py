@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from robowds.reader.batching import SlotPool, SlotSpec
 from robowds.reader.collation import Collate
 from robowds.reader.emit import planned_items
 from robowds.reader.fetch import MAX_REQUEST_BYTES
@@ -38,6 +39,16 @@ READ_AHEAD = 64  # at most this many samples read ahead of decoding ...
 READ_AHEAD_BYTES = 16 << 20  # ... and at most this many bytes (at least one sample)
 READ_THREADS = 8  # remote reads in flight (they wait on the network, not the CPU)
 Transform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
+
+
+class _PooledCollate:
+    """`Collate` writing each batch into a slot of the worker's pool."""
+
+    def __init__(self, collate_fn: Collate, pool: SlotPool) -> None:
+        self.collate_fn, self.pool = collate_fn, pool
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return self.collate_fn.collate(samples, self.pool.storage)
 
 
 def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -112,6 +123,7 @@ class ShardDataset(IterableDataset):
         self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
         self._worker: tuple[int, int] = (0, 1)
         self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan (ShardLoader resets it)
+        self._slots: SlotSpec | None = None  # set by ShardLoader for its workers' pass (reader/batching.py)
 
     # -- the plan --------------------------------------------------------------------------------
     def plan_spec(self) -> PlanSpec:
@@ -241,8 +253,13 @@ class ShardDataset(IterableDataset):
                              jitter_key=f"{self.rank}/{worker}")
         chunks = self.plan().worker_ids(length, self.start, self.batch_size, workers, worker, skip=done)
         samples = self._samples(source, (i for chunk in chunks for i in chunk.tolist()), raw=self._raw_batches())
-        yield from planned_items(samples, self.collate_fn, self.batch_size, last, self._count_item,
-                                 lambda: self.next_epoch(epoch))
+        collate_fn, pool = self.collate_fn, None
+        if self._slots is not None and info is not None and type(collate_fn) is Collate:
+            pool = SlotPool(self._slots, worker)  # batches in reused shared memory (reader/batching.py)
+            collate_fn = _PooledCollate(collate_fn, pool)
+        items = planned_items(samples, collate_fn, self.batch_size, last, self._count_item,
+                              lambda: self.next_epoch(epoch))
+        yield from items if pool is None else map(pool.pack, items)
         if workers > 1 and self.epoch == epoch:
             # a worker's share ran to its end: this copy starts the same epoch again (persistent workers)
             self.start, self._yielded = 0, 0

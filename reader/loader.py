@@ -5,7 +5,8 @@ them round-robin from its workers, which is the plan's order; so after k batches
 consumed exactly min(start + k * batch_size, epoch length) positions. No DataLoader internals are
 touched or subclassed. A `Mixture` (reader/mixture.py) has the same cursor protocol and is driven the
 same way. The cursor counts samples, so it loads with another batch size (or worker count) and
-continues at the next unconsumed sample.
+continues at the next unconsumed sample. With workers, a `ShardDataset` collated by `Collate` builds
+its batches in reused shared memory (`reader/batching.py`); the batches handed out are the same.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader
 
-from robowds.reader.collation import collate as default_collate
+from robowds.reader.batching import SlotBatch, SlotReceiver
+from robowds.reader.collation import Collate, collate as default_collate
 from robowds.reader.dataset import ShardDataset
 from robowds.reader.mixture import Mixture
 
@@ -40,6 +42,7 @@ class ShardLoader:
         self.num_workers = int(num_workers)
         self.kwargs = dataloader_kwargs
         self.skipped = 0  # samples skipped with on_error="skip", over this loader's life
+        self._slots = SlotReceiver()  # workers' batches in reused shared memory (reader/batching.py)
 
     def __len__(self) -> int:
         """Batches in a full epoch for this rank (the same on every rank)."""
@@ -64,7 +67,26 @@ class ShardLoader:
         epoch, length, position = ds.epoch, ds.epoch_length(), ds.start
         loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, collate_fn=_already_collated,
                             **self.kwargs)
-        for batch in loader:
+        spec = None
+        if self.num_workers > 0 and isinstance(ds, ShardDataset) and type(ds.collate_fn) is Collate:
+            spec = ds._slots = self._slots.start(self.num_workers)  # the workers get it with their copy of ds
+        try:
+            batches = iter(loader)
+        finally:
+            if spec is not None:
+                ds._slots = None  # only this pass's workers hold its pipes and slots
+        try:
+            yield from self._hand_out(batches, epoch, length, position)
+        finally:
+            del batches  # the workers stop before the pass's slots go to another pass
+            if spec is not None:
+                self._slots.finish(spec)
+
+    def _hand_out(self, batches: Iterator[Any], epoch: int, length: int, position: int) -> Iterator[Any]:
+        ds = self.dataset
+        for batch in batches:
+            if isinstance(batch, SlotBatch):
+                batch = self._slots.open(batch)
             position = min(position + self.batch_size, length)
             if ds.epoch == epoch:  # not moved by an explicit set_epoch / load_state_dict meanwhile
                 if position >= length:
@@ -74,6 +96,7 @@ class ShardLoader:
             if isinstance(batch, dict):
                 self.skipped += int(batch.pop("__skipped__", 0))
             yield batch
+            del batch  # not kept while the next one is awaited: its slot can be reused sooner
 
     def state_dict(self) -> dict[str, Any]:
         """Small and JSON-serialisable: the plan parameters, the epoch and how far this rank got."""

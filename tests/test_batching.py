@@ -133,3 +133,78 @@ def test_raw_arrays_collate_as_their_ndarrays(case: str) -> None:
     assert "x_pad_mask" in got if case == "padded" else "x_pad_mask" not in got
     assert got["img"].shape == ((3, 3, 2, 4) if case == "channels_first" else (3, 2, 4, 3))
     assert got["be"].dtype == torch.float32 and got["s"].shape == (3,) and got["v_pad_mask"].shape == (3, 3)
+
+
+# --- reused shared memory (reader/batching.py) ---
+
+def test_workers_reuse_slots_and_never_overwrite_a_batch_still_held(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch of an epoch kept alive (whole, as one field's view, or as a numpy array) is still
+    exactly the per-sample path's batch at the end; batches dropped at once are reused."""
+    import robowds.reader.batching as batching
+
+    opened: list[bool] = []  # per batch that crossed in a slot: whether the slot was reused
+    original = batching.SlotReceiver.open
+
+    def counting(self: batching.SlotReceiver, batch: batching.SlotBatch) -> dict:
+        opened.append(batch.storage is None)
+        return original(self, batch)
+
+    monkeypatch.setattr(batching.SlotReceiver, "open", counting)
+    monkeypatch.setattr(batching, "MAX_SLOTS", 3)  # the forked workers inherit it
+    expected = batches(out, PerSample(), 0)
+    for keep in ("dict", "view", "numpy"):
+        opened.clear()
+        held: list[Any] = []
+        for batch in ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, num_workers=2):
+            held.append(batch if keep == "dict" else batch["joints"][1:] if keep == "view" else batch["imu"].numpy())
+            del batch
+        assert len(held) == len(expected) > 2 * batching.MAX_SLOTS  # so some batches found no free slot
+        assert len(opened) == 2 * batching.MAX_SLOTS and not any(opened)  # held: no slot was ever reused
+        for got, want in zip(held, expected):
+            if keep == "dict":
+                assert_same_batches([got, got], [want, want])
+            elif keep == "view":
+                assert torch.equal(got, want["joints"][1:])
+            else:
+                assert np.array_equal(got, want["imu"].numpy())
+    opened.clear()
+    loader = ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, num_workers=2)
+    for i, batch in enumerate(loader):  # each batch dropped before the next
+        assert_same_batches([batch, batch], [expected[i], expected[i]])
+        del batch
+    assert len(opened) == len(expected) and sum(opened) >= len(expected) - 2 * batching.MAX_SLOTS
+
+
+def test_pin_memory_and_resume_with_reused_slots(out: Path) -> None:
+    expected = batches(out, PerSample(), 0, 21)
+    assert_same_batches(batches(out, collate, 2, 21, pin_memory=True), expected)
+
+
+def test_the_next_pass_reuses_released_slots_and_keeps_held_ones(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second epoch's workers get the slots the first epoch's batches released (no storage crosses
+    again), never one whose batch the trainer still holds."""
+    import robowds.reader.batching as batching
+
+    crossed: list[bool] = []  # per batch opened: whether its slot's storage crossed with it
+    original = batching.SlotReceiver.open
+
+    def counting(self: batching.SlotReceiver, batch: batching.SlotBatch) -> dict:
+        crossed.append(batch.storage is not None)
+        return original(self, batch)
+
+    monkeypatch.setattr(batching.SlotReceiver, "open", counting)
+    reference = ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, collate_fn=PerSample())
+    expected = [list(reference), list(reference)]  # epochs 0 and 1
+    loader = ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, num_workers=2)
+    held = []
+    for epoch in (0, 1):
+        crossed.clear()
+        for i, batch in enumerate(loader):
+            assert_same_batches([batch, batch], [expected[epoch][i], expected[epoch][i]])
+            if epoch == 0 and i >= len(expected[0]) - 2:
+                held.append(batch)  # the trainer keeps the epoch's last two batches
+            del batch
+        assert len(crossed) == len(expected[epoch])
+        if epoch == 1:
+            assert not any(crossed[:4])  # the first batches reuse slots given by the main process
+    assert_same_batches(held, expected[0][-2:])
