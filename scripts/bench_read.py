@@ -19,6 +19,9 @@ What it does, in one run:
    which of them hand out writable arrays), then measures on the same shards:
    - raw:     sequential `readinto` of every shard file in 1 MiB chunks into one reused buffer (kept for
               continuity with earlier runs; it is not the same work as any reader row);
+   - raw fresh: every shard read sequentially, sample by sample (byte ranges from the offset index),
+              each sample by `os.preadv` into a fresh `np.empty` of its size: the limit of a reader that
+              hands each sample memory of its own (the raw row's one buffer stays in the CPU cache);
    - same-work limits, no reader, in our plan's order over the same byte ranges (offsets from the
      manifest, computed untimed), each shard mapped or opened afresh per pass:
      (a) map + touch one byte per 4 KiB page of each sample's byte range: the floor of a zero-copy
@@ -35,7 +38,11 @@ What it does, in one run:
               shards opened in place, one index per shard kept open) with `TunedDecode` as its
               transformation, in `ShardListSampler` order (shards shuffled, then samples in each);
    - ours:    `ShardDataset(out, "train", seed=0)` iterated directly (samples), and
-              `ShardLoader(ShardDataset(...), batch_size=32, num_workers=0 / 2)` (batches).
+              `ShardLoader(ShardDataset(...), batch_size=32, num_workers=0 / 2)` (batches: fixed-shape
+              arrays copied from the mapped shard straight into the batch, which workers build in
+              reused shared memory, `reader/batching.py`); "per-sample path" is the same loader with
+              `collate_fn=PerSample()`, a `Collate` subclass, which gets the older path (decoded
+              ndarrays, then collate, a fresh shared storage per batch in a worker).
    webdataset is iterated in this process, `.batched(32, collation_fn=reader.collate)` in this process
    and under `DataLoader(batch_size=None, num_workers=2)`; wids under `DataLoader(batch_size=32,
    sampler=..., collate_fn=reader.collate, num_workers=0 / 2)`. Every batched path uses the same
@@ -50,6 +57,10 @@ What it does, in one run:
    the worker processes). It must not grow with the position.
 
 4. The time to build one epoch's plan (`robowds.reader.plan.rank_sequence`) for `--plan-samples` (10M) samples.
+
+After each table the script prints the issue-16 target ratios directly: ShardLoader workers=2 /
+workers=0 (target >= 50% for large samples, >= 80% for small), each of our rows / "raw fresh"
+(target >= 85%), and the batch path / the per-sample path.
 
 How to read it: each measurement runs whole passes (a fresh iterator per pass, as an epoch would) until
 at least `--min-s` seconds have passed, stopping mid-pass at `--max-s`; the best of `--repeats` runs
@@ -90,7 +101,7 @@ from torch.utils.data import DataLoader
 from robowds.export.cli.main import main as robowds_main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset, ShardLoader
-from robowds.reader.collation import collate
+from robowds.reader.collation import Collate, collate
 from robowds.reader.format import BLOCK, iter_members, parse_npy_header
 from robowds.reader.manifest import read_local_index
 from robowds.reader.plan import PlanSpec, rank_sequence
@@ -206,6 +217,27 @@ def raw_pass(urls: list[str]) -> Iterator[int]:
                 if not got:
                     break
                 yield got
+
+
+def raw_fresh_pass(ex: Export) -> Iterator[int]:
+    """Every shard in manifest order, each sample's byte range (offset index, read untimed per pass
+    from the `.tar.idx`, as our reader does) `os.preadv`'d into a fresh `np.empty`. Yields 1 per sample."""
+    ds = ShardDataset(ex.out, "train", shuffle=False)
+    for url, shard in zip(ex.urls, ds.shards):
+        offsets = read_local_index(ex.out, shard).tolist()  # [samples + 1]
+        fd = os.open(url, os.O_RDONLY)
+        try:
+            for a, b in zip(offsets, offsets[1:]):
+                buf = np.empty(b - a, np.uint8)
+                assert os.preadv(fd, [buf], a) == b - a
+                yield 1
+        finally:
+            os.close(fd)
+
+
+class PerSample(Collate):
+    """`reader.collate` under another type: `ShardDataset` gives any collate_fn but `Collate` itself decoded
+    ndarrays, and `ShardLoader` pools shared memory only for `Collate` (the per-sample path)."""
 
 
 def shuffle_buffer(per_sample: float) -> int:
@@ -413,7 +445,7 @@ def limit_collate(sp: Spans) -> Iterator[int]:
 class Compared:
     """A row and what it is compared with: the tuned webdataset row, the wids row, the same-work limit."""
 
-    row: Row
+    row: Row  # (a Compared of a skipped baseline, --ours-only, holds None and is dropped by bench_size)
     tuned: Row | None = None
     wids: Row | None = None
     limit: Row | None = None
@@ -428,36 +460,59 @@ def bench_size(ex: Export, spans: Spans, wids_ds: Any, args: argparse.Namespace)
     def wids_loader(workers: int) -> DataLoader:
         return DataLoader(wids_ds, batch_size=BATCH, sampler=sampler, collate_fn=collate, num_workers=workers)
 
+    def other(label: str, make: Callable[[], Iterable[Any]], count: Callable[[Any], int]) -> Row | None:
+        return None if args.ours_only else row(label, make, count)  # webdataset / wids rows
+
     sampler = wids.ShardedSampler(wids_ds, seed=0, shufflefirst=True)  # (ShardListSampler) shards shuffled, then samples within each
     raw = row("raw read (1 MiB chunks)", lambda: raw_pass(ex.urls), lambda got: got)
     raw.samples = int(raw.samples / ex.per_sample)  # bytes -> sample equivalents
+    fresh = row("raw fresh: per-sample np.empty", lambda: raw_fresh_pass(ex), lambda n: n)
     lim_a = row("(a) limit: map + touch 1 B/page", lambda: limit_touch(spans), lambda n: n)
     lim_b = row("(b) limit: pread into fresh np.empty", lambda: limit_pread(spans), lambda n: n)
     lim_c = row("(c) limit: copy arrays into batch", lambda: limit_collate(spans), lambda n: n)
-    rows = [Compared(raw), Compared(lim_a), Compared(lim_b), Compared(lim_c)]
+    rows = [Compared(raw), Compared(fresh), Compared(lim_a), Compared(lim_b), Compared(lim_c)]
 
-    wds_s = row("wds default samples, in-process", lambda: wds_pipeline(ex, False), count_sample)
-    tuned_s = row("wds tuned samples, in-process", lambda: wds_pipeline(ex, True), count_sample)
-    wids_s = row("wids samples, in-process", lambda: wids_samples(wids_ds, sampler), count_sample)
+    wds_s = other("wds default samples, in-process", lambda: wds_pipeline(ex, False), count_sample)
+    tuned_s = other("wds tuned samples, in-process", lambda: wds_pipeline(ex, True), count_sample)
+    wids_s = other("wids samples, in-process", lambda: wids_samples(wids_ds, sampler), count_sample)
     ours_s = row("ours ShardDataset samples", lambda: ours_samples(ex), count_sample)
     rows += [Compared(wds_s, limit=lim_b), Compared(tuned_s, limit=lim_b), Compared(wids_s, limit=lim_b),
              Compared(ours_s, tuned_s, wids_s, lim_a)]
 
     for workers in (0, 2):
         if workers == 0:
-            wds_b = row("wds default batched(32), in-process", lambda: wds_batches(ex, False), count_batch)
-            tuned_b = row("wds tuned batched(32), in-process", lambda: wds_batches(ex, True), count_batch)
+            wds_b = other("wds default batched(32), in-process", lambda: wds_batches(ex, False), count_batch)
+            tuned_b = other("wds tuned batched(32), in-process", lambda: wds_batches(ex, True), count_batch)
         else:
-            wds_b = row("wds default batched(32), workers=2",
+            wds_b = other("wds default batched(32), workers=2",
                         lambda: DataLoader(wds_batches(ex, False), batch_size=None, num_workers=2), count_batch)
-            tuned_b = row("wds tuned batched(32), workers=2",
+            tuned_b = other("wds tuned batched(32), workers=2",
                           lambda: DataLoader(wds_batches(ex, True), batch_size=None, num_workers=2), count_batch)
-        wids_b = row(f"wids DataLoader(32), workers={workers}", lambda: wids_loader(workers), count_batch)
+        wids_b = other(f"wids DataLoader(32), workers={workers}", lambda: wids_loader(workers), count_batch)
         ours_b = row(f"ours ShardLoader(32), workers={workers}",
                      lambda: ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=workers), count_batch)
+        old_b = row(f"  per-sample path, workers={workers}",
+                    lambda: ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=workers,
+                                        collate_fn=PerSample()), count_batch)
         rows += [Compared(wds_b, limit=lim_c), Compared(tuned_b, limit=lim_c), Compared(wids_b, limit=lim_c),
-                 Compared(ours_b, tuned_b, wids_b, lim_c)]
-    return rows
+                 Compared(ours_b, tuned_b, wids_b, lim_c), Compared(old_b, tuned_b, wids_b, lim_c)]
+    return [c for c in rows if c.row is not None]
+
+
+def print_targets(rows: list[Compared], ex: Export) -> None:
+    """The issue-16 item-6 ratios, from the rows of one table."""
+    by = {c.row.label: c.row for c in rows}
+    fresh = by["raw fresh: per-sample np.empty"]
+    w0, w2 = by["ours ShardLoader(32), workers=0"], by["ours ShardLoader(32), workers=2"]
+    old0, old2 = by["  per-sample path, workers=0"], by["  per-sample path, workers=2"]
+    goal = 50 if ex.per_sample > 100_000 else 80
+    print(f"target ({ex.name}): ShardLoader workers=2 / workers=0 = {100 * w2.rate / w0.rate:.1f}% (>= {goal}%); "
+          f"per-sample path: {100 * old2.rate / old0.rate:.1f}%")
+    print(f"target ({ex.name}): vs raw fresh (>= 85%): ShardLoader workers=0 {100 * w0.rate / fresh.rate:.1f}%, "
+          f"workers=2 {100 * w2.rate / fresh.rate:.1f}%, ShardDataset samples "
+          f"{100 * by['ours ShardDataset samples'].rate / fresh.rate:.1f}%")
+    print(f"batch path / per-sample path ({ex.name}): workers=0 {w0.rate / old0.rate:.2f}x, "
+          f"workers=2 {w2.rate / old2.rate:.2f}x")
 
 
 def print_table(rows: list[Compared]) -> None:
@@ -584,6 +639,8 @@ def main() -> None:
     parser.add_argument("--plan-samples", type=int, default=10_000_000,
                         help="time the epoch plan for this many samples (0: skip)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of our small-sample path")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="skip the webdataset and wids rows (and their value check): raw, limits and ours only")
     parser.add_argument("--top", type=int, default=18, help="cProfile entries to print")
     args = parser.parse_args()
 
@@ -608,8 +665,11 @@ def main() -> None:
             wids_ds = wids_dataset(ex)
             print(f"\n== {ex.name}: {ex.per_sample:,.0f} bytes/sample ({target}); tuned wds shuffle buffer "
                   f"{shuffle_buffer(ex.per_sample)} samples, default {SHUFFLE_BUFFER}")
-            check_same_values(ex, wids_ds)
-            print_table(bench_size(ex, spans, wids_ds, args))
+            if not args.ours_only:
+                check_same_values(ex, wids_ds)
+            rows = bench_size(ex, spans, wids_ds, args)
+            print_table(rows)
+            print_targets(rows, ex)
             wids_ds.close()
         print()
         for ex in (small, large):
