@@ -24,6 +24,7 @@ fi
 run $PY scripts/bench_codecs.py
 run $PY scripts/bench_stats.py
 run $PY scripts/bench_remote.py
+run $PY scripts/bench_store_s3.py
 run $PY scripts/bench_plan.py
 run $PY scripts/bench_mixture.py --repeats 3
 run $PY scripts/bench_fields.py --episodes 8

@@ -273,6 +273,12 @@ class StoreLocation:
             yield from iter(lambda: fh.read(size), b"")
 
 
+def drop_media_blocks() -> None:
+    """Free the media blocks this process keeps (a long-lived process between jobs; benchmarks)."""
+    with _LOCK:
+        _MEDIA.clear()
+
+
 class _BlockFile(io.RawIOBase):
     """A read-only, seekable view of a remote file through a block cache shared with its other opens."""
 
