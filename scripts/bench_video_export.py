@@ -28,7 +28,8 @@ Quality: bytes per frame and PSNR of every stored frame (decoded as the reader d
 the stored RGB frame, per encoding, and of mp4-intra's frames against mp4's.
 
 `--before REV` also times the same exports with the code of git revision REV (`git archive` of its
-`export/` and `reader/` as the `robowds` package, in a child process, timed inside it the same way),
+`export/` and `reader/` as the `robowds` package, a child process per repeat, interleaved with this
+process's repeats, timed inside it the same way),
 so a change is measured against its parent in one run (jpg and mp4: older revisions have no
 mp4-intra).
 """
@@ -292,11 +293,72 @@ def x264_rows(video: Path, count: int = 120) -> list[tuple[str, float, float, fl
     return rows
 
 
+def jpeg_alternatives(video: Path, count: int = 120) -> list[tuple[str, float]]:
+    """`--jpeg`: CPU ms per frame of ways to make a frame's JPEG from the scaled planes, on the first
+    `count` frames of `video`: the export's (RGBX, Pillow), Pillow from YCbCr (no RGB; the chroma planes
+    upsampled by repetition and interleaved in numpy, as Pillow takes only full-size pixels: timing
+    only, the range conversion JFIF needs is left out) and FFmpeg's mjpeg encoder from yuvj420p (swscale
+    scales straight to full range; quantiser 2)."""
+    from fractions import Fraction
+
+    import av
+    import numpy as np
+    from av.video.reformatter import VideoReformatter
+    from PIL import Image
+
+    from robowds.export.media.geometry import crop_box
+    from robowds.export.media.images import JPEG_QUALITY, jpeg_bytes
+    from robowds.export.media.planes import FrameConverter
+
+    frames = [f for _, f in zip(range(count), decoded(video))]
+    converter = FrameConverter(frames[0].width, frames[0].height, frames[0].format.name,
+                               crop_box(frames[0].width, frames[0].height, "center", SIZE), SIZE, rgbx=True)
+    scaled = [converter.scaled(f) for f in frames]
+    ycc = np.empty((SIZE[1], SIZE[0], 3), np.uint8)  # [H, W, 3], reused
+
+    def from_ycbcr(picture: Any) -> bytes:
+        y, u, v = (np.frombuffer(p, np.uint8).reshape(p.height, p.line_size)[:, :p.width] for p in picture.planes)
+        ycc[..., 0] = y
+        for c, plane in ((1, u), (2, v)):  # [H/2, W/2] -> [H, W] by repetition
+            ycc[..., c] = np.repeat(np.repeat(plane, 2, axis=0), 2, axis=1)
+        buf = io.BytesIO()
+        Image.fromarray(ycc, "YCbCr").save(buf, format="JPEG", quality=JPEG_QUALITY)
+        return buf.getvalue()
+
+    mjpeg: Any = av.CodecContext.create("mjpeg", "w")
+    mjpeg.width, mjpeg.height, mjpeg.pix_fmt, mjpeg.time_base = SIZE[0], SIZE[1], "yuvj420p", Fraction(1, FPS)
+    mjpeg.thread_count = 1
+    mjpeg.options = {"flags": "+bitexact", "qmin": "2", "qmax": "2"}
+    full = VideoReformatter()
+    counter = iter(range(10 ** 9))
+
+    def from_yuvj(frame: Any) -> bytes:
+        picture = full.reformat(converter.crop(frame), width=SIZE[0], height=SIZE[1], format="yuvj420p", threads=1)
+        picture.pts, picture.time_base = next(counter), mjpeg.time_base
+        return b"".join(bytes(p) for p in mjpeg.encode(picture))
+
+    ways: list[tuple[str, Callable[[int], Any]]] = [
+        ("Pillow from RGBX (the export: + RGBX)", lambda k: jpeg_bytes(converter.to_rgb(scaled[k]))),
+        ("Pillow from YCbCr (no RGB)", lambda k: from_ycbcr(scaled[k])),
+        ("FFmpeg mjpeg from yuvj420p (+ scale)", lambda k: from_yuvj(frames[k]))]
+    rows = []
+    for name, make in ways:
+        best = float("inf")
+        for _ in range(3):
+            cpu = time.process_time()
+            for k in range(count):
+                make(k)
+            best = min(best, (time.process_time() - cpu) / count)
+        rows.append((name, best * 1e3))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--before", metavar="REV", help="also time the exports with git revision REV's code")
     parser.add_argument("--x264", action="store_true", help="also time libx264 per-window clips (not offered)")
+    parser.add_argument("--jpeg", action="store_true", help="also time other ways to make a frame's JPEG")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # STORE OUT REPEATS, for --before
     args = parser.parse_args()
     if args.child:
@@ -314,6 +376,7 @@ def main() -> None:
         videos = sorted(G1.glob("videos/chunk-000/observation.images.cam_high/*.mp4"))
         frames = decode_only(videos)
         best: dict[str, tuple[float, float]] = {}
+        before: dict[str, tuple[float, float]] = {}
         for _ in range(args.repeats):  # interleaved, so slow spells of a shared machine hit every row
             for name in ("decode", *ENCODINGS, NO_CAMERA):
                 if name == "decode":
@@ -322,6 +385,9 @@ def main() -> None:
                     wall, cpu = export_times(store, Path(tmp) / name, name)
                 old = best.get(name, (float("inf"), float("inf")))
                 best[name] = (min(old[0], wall), min(old[1], cpu))
+            for enc, (wall, cpu) in (before_times(args.before, store, Path(tmp), 1) if args.before else {}).items():
+                old = before.get(enc, (float("inf"), float("inf")))
+                before[enc] = (min(old[0], wall), min(old[1], cpu))
         parts: dict[str, dict[str, tuple[float, float]]] = {}
         for _ in range(args.repeats):  # best of the repeats per stage, like the exports
             for enc in ENCODINGS:
@@ -330,7 +396,7 @@ def main() -> None:
                     parts[enc][stage] = (min(old[0], wall), min(old[1], cpu))
         scores = quality(videos)
         x264 = x264_rows(videos[0]) if args.x264 else []
-        before = before_times(args.before, store, Path(tmp), args.repeats) if args.before else {}
+        jpegs = jpeg_alternatives(videos[0]) if args.jpeg else []
     ms = 1e3 / frames  # seconds over all frames (= windows) -> ms per frame (= per window)
     decode = best["decode"]
     print(f"G1 ({len(videos)} episodes, {frames} frames = windows): AV1 640x480 -> centre crop 480x480 -> 224x224, "
@@ -361,6 +427,11 @@ def main() -> None:
               "per frame, PSNR of the anchor frames against the stored RGB and against mp4's:")
     for name, cpu, size, db, vs_mp4 in x264:
         print(f"  {name:<38} {cpu:6.2f} ms {size:8,.0f} B  {db:6.2f} dB  {vs_mp4:6.2f} dB vs mp4")
+    if jpegs:
+        print(f"a frame's JPEG from the scaled planes, first 120 frames of {videos[0].name}, best of 3, "
+              "CPU ms per frame:")
+    for name, cpu in jpegs:
+        print(f"  {name:<40} {cpu:6.2f} ms")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
