@@ -6,6 +6,7 @@ and the errors of a store that cannot be reached name the URL and the fix."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -125,9 +126,10 @@ def test_media_paths_cannot_leave_a_remote_store_and_media_roots_are_refused(
     assert media_rel("./media//cam/a.mp4") == "media/cam/a.mp4"
 
 
-@pytest.mark.parametrize("case", ["no_bucket", "no_prefix", "denied", "no_server"])
+@pytest.mark.parametrize("case", ["no_bucket", "no_prefix", "denied", "no_server", "no_credentials"])
 def test_a_store_that_cannot_be_read_is_one_error_naming_the_url_and_the_fix(
-        s3: tuple[FaultProxy, dict[str, Any]], capsys: pytest.CaptureFixture[str], case: str) -> None:
+        s3: tuple[FaultProxy, dict[str, Any]], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        case: str) -> None:
     proxy, options = s3
     url = {"no_bucket": "s3://nobucket/store", "no_prefix": "s3://robots/nothing-here"}.get(case, "s3://robots/store")
     if case == "no_server":
@@ -136,6 +138,13 @@ def test_a_store_that_cannot_be_read_is_one_error_naming_the_url_and_the_fix(
         options = {**options, "client_kwargs": {**options["client_kwargs"],
                                                 "endpoint_url": f"http://127.0.0.1:{free_port()}"},
                    "config_kwargs": {"connect_timeout": 1, "retries": {"total_max_attempts": 1}}}
+    if case == "no_credentials":  # none in the options, the environment or a config file; no metadata server
+        options = {k: v for k, v in options.items() if k not in ("key", "secret")}
+        for name in [n for n in os.environ if n.startswith("AWS_")]:
+            monkeypatch.delenv(name)
+        for name, value in (("AWS_EC2_METADATA_DISABLED", "true"), ("AWS_CONFIG_FILE", "/nonexistent"),
+                            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
+            monkeypatch.setenv(name, value)
     proxy.configure("403" if case == "denied" else None, every=1, per_target=1000)
     try:
         code = main(["validate", url, "--storage-options", json.dumps(options)])
@@ -148,7 +157,8 @@ def test_a_store_that_cannot_be_read_is_one_error_naming_the_url_and_the_fix(
     expected = {"no_bucket": ("not found", "check the bucket and prefix"),
                 "no_prefix": ("is not a URL with objects under it", "pass the URL of the prefix"),
                 "denied": ("access denied", "use credentials that may read the bucket"),
-                "no_server": ("cannot be reached", "check the network and the endpoint")}[case]
+                "no_server": ("cannot be reached", "check the network and the endpoint"),
+                "no_credentials": ("no credentials to read it", "set AWS_ACCESS_KEY_ID")}[case]
     assert expected[0] in first and fix.strip().startswith("fix: " + expected[1]), err
 
 
