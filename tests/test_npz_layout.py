@@ -232,6 +232,31 @@ def test_crc_is_checked_on_request() -> None:
     assert zlib.crc32(arrays[0][1]) == npz_entries(encode_npz(arrays))[0][0].crc
 
 
+def test_a_packed_member_in_a_members_split_is_refused() -> None:
+    """The manifest's layout decides: a `members` split whose sample holds `arrays.npz` is not unpacked."""
+    members = _members("ep_0001_000001", np.random.default_rng(5))
+    blob = encode_sample("ep_0001_000001", pack(members))
+    decoder = SampleDecoder(MemberSet(frozenset(members), ()))
+    with pytest.raises(ShardFormatError) as info:
+        decoder.decode(blob, 0, len(blob), "shard t.tar", 512)
+    assert str(info.value) == (
+        "shard t.tar: byte 512: sample 'ep_0001_000001': members do not match the manifest schema: missing "
+        "['empty.npy', 'gain.npy', 'imu.npy', 'joints.npy', 'joints_mask.npy'], unexpected ['arrays.npz']")
+
+
+def test_manifest_layout_is_checked(tmp_path: Path) -> None:
+    from robowds.reader.manifest import ManifestError, parse_manifest, split_layout
+    doc = {"format": "robowds-manifest", "format_version": 3, "schema": {},
+           "splits": {"train": {"shards": [], "layout": "zip"}}}
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(json.dumps(doc), "m.json")
+    assert str(info.value) == "m.json: split 'train': 'layout' is \"zip\"; this robowds reads layouts members, npz"
+    doc["splits"]["train"]["layout"] = "npz"
+    assert split_layout(parse_manifest(json.dumps(doc)), "train") == "npz"
+    del doc["splits"]["train"]["layout"]
+    assert split_layout(parse_manifest(json.dumps({**doc, "format_version": 2})), "train") == "members"
+
+
 # -- configuration -------------------------------------------------------------------------------------
 
 
