@@ -19,6 +19,7 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.store.location import StoreLocation, media_rel, store_location
+from robowds.export.store.schema import MediaPathError, safe_media_path
 
 from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
 from videos import write_frames, write_video
@@ -112,7 +113,7 @@ def test_validate_of_s3_store_reports_what_the_local_one_does(
 
 
 def test_media_paths_cannot_leave_a_remote_store_and_media_roots_are_refused(
-        s3: tuple[FaultProxy, dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
+        s3: tuple[FaultProxy, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     _, options = s3
     assert main(["validate", "s3://robots/escape", "--json", "--storage-options", json.dumps(options)]) == 1
     problems = {(p["field"], p["message"]) for p in json.loads(capsys.readouterr().out)["problems"]}
@@ -124,6 +125,10 @@ def test_media_paths_cannot_leave_a_remote_store_and_media_roots_are_refused(
         with pytest.raises(ValueError):
             media_rel(bad)
     assert media_rel("./media//cam/a.mp4") == "media/cam/a.mp4"
+    # a local store refuses a URL with digits in its scheme too (it used to resolve to a missing file
+    # "s3:/other/x.mp4" inside the store)
+    with pytest.raises(MediaPathError, match="must be relative to the store"):
+        safe_media_path(tmp_path, "s3://other/x.mp4")
 
 
 @pytest.mark.parametrize("case", ["no_bucket", "no_prefix", "denied", "no_server", "no_credentials"])

@@ -539,7 +539,7 @@ def safe_media_path(root: Path, rel: str, media_roots: tuple[Path, ...] = ()) ->
     opt_in = (f"to allow it, list the folder it is in under media_roots in {STORE_YAML} "
               "(e.g. `media_roots: [/data/videos]`)")
     absolute = bool(rel) and Path(rel).is_absolute()
-    if not rel or ".." in Path(rel).parts or re.match(r"^[a-z]+:", rel):
+    if not rel or ".." in Path(rel).parts or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", rel):
         raise MediaPathError(f"media path {rel!r} must be relative to the store and stay inside it",
                              hint="write paths relative to the store folder, without `..` or a URL scheme")
     if absolute and not media_roots:
