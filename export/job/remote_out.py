@@ -18,12 +18,12 @@ client's own socket timeout.
 from __future__ import annotations
 
 import random
-import re
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from robowds.export.errors import UserError
+from robowds.export.store.location import is_url as location_is_url
 from robowds.reader.remote import RetryPolicy, describe, is_transient
 
 T = TypeVar("T")
@@ -32,8 +32,9 @@ OPTIONS_EXAMPLE = "--storage-options '{\"client_kwargs\": {\"endpoint_url\": \"h
 
 
 def is_url(out: str | Path) -> bool:
-    """Whether OUT names an fsspec URL (`s3://...`, `gs://...`, `memory://...`) rather than a folder."""
-    return isinstance(out, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", out) is not None
+    """Whether OUT names an fsspec URL (`s3://...`, `gs://...`, `memory://...`) rather than a folder
+    (a `Path` never does: it would have collapsed the `//`)."""
+    return isinstance(out, str) and location_is_url(out)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
