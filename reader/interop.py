@@ -115,12 +115,15 @@ def _leaf_dtype(feature: Any) -> np.dtype | None:
 
 def hf_transform(features: Mapping[str, Any]) -> Callable[[dict[str, list]], dict[str, list]]:
     """A `datasets` transform for `ds.with_transform(hf_transform(ds.features))`: `.npy` columns back to
-    arrays of their stored dtype, camera windows and `.mp4` clips decoded; other columns as they are.
+    arrays of their stored dtype (an npz layout's `arrays.npz` struct: a dict of them), camera windows and
+    `.mp4` clips decoded; other columns as they are.
 
         ds = datasets.load_dataset("webdataset", data_files={"train": shards}, split="train")
         ds = ds.with_transform(hf_transform(ds.features))  # ds[0]["cam.jpgs.msgpack"]: uint8 [T, H, W, 3]
     """
     dtypes = {name: _leaf_dtype(feature) for name, feature in features.items()}
+    packed = {name: {entry: _leaf_dtype(f) for entry, f in feature.items()} for name, feature in features.items()
+              if _ext(name) == PACKED_EXT and isinstance(feature, Mapping)}  # npz layout: a struct of arrays
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
         out: dict[str, list] = {}
@@ -132,6 +135,9 @@ def hf_transform(features: Mapping[str, Any]) -> Callable[[dict[str, list]], dic
                 out[name] = [v if v is None or isinstance(v, np.ndarray) else image_array(v) for v in values]
             elif ext.rsplit(".", 1)[-1] == "npy" and dtypes.get(name) is not None:
                 out[name] = [None if v is None else np.asarray(v, dtype=dtypes[name]) for v in values]
+            elif name in packed:  # {entry: array}, as wds_decoder gives it
+                out[name] = [None if v is None else {k: np.asarray(x, dtype=packed[name].get(k)) for k, x in v.items()}
+                             for v in values]
             else:
                 out[name] = values
         return out

@@ -464,3 +464,25 @@ def test_energon_cooker_decodes_the_npz_layout(outs: dict[str, Path]) -> None:
                 np.testing.assert_array_equal(value, want, err_msg=name)
             else:
                 assert value == want, name
+
+
+def test_hugging_face_datasets_reads_the_npz_member(outs: dict[str, Path], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`datasets.load_dataset("webdataset", ...)` + `hf_transform`: `arrays.npz` as a dict of arrays of
+    the stored dtypes, equal to our reader's."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # local shards only: never the hub
+    datasets = pytest.importorskip("datasets")
+    from robowds.reader import hf_transform
+
+    urls = sorted(glob.glob(str(outs["npz1"] / "train" / "*.tar")))
+    ds = datasets.load_dataset("webdataset", data_files={"train": urls}, split="train", cache_dir=str(tmp_path / "hf"))
+    ds = ds.with_transform(hf_transform(ds.features))
+    mine = _ours(outs["npz1"])
+    assert sorted(ds["__key__"]) == sorted(mine)
+    for row in ds:
+        expected = mine[row["__key__"]]
+        arrays = row[PACKED]
+        assert sorted(arrays) == sorted(k for k, v in expected.items() if isinstance(v, np.ndarray) and k != "overview")
+        for name, value in arrays.items():
+            assert value.dtype == expected[name].dtype and value.shape == expected[name].shape, name
+            np.testing.assert_array_equal(value, expected[name])
