@@ -185,7 +185,8 @@ def test_transient_upload_faults_are_retried_with_a_process_pool(
 
 def test_permanent_failures_are_one_message_naming_the_url(store: Path, proxy: FaultProxy,
                                                            s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     proxy.configure("403", every=1, suffix=".tar")
     assert export_s3(store, "s3://robots/denied", s3[1], tmp_path / "work") == 2
     err = capsys.readouterr().err
@@ -197,6 +198,16 @@ def test_permanent_failures_are_one_message_naming_the_url(store: Path, proxy: F
     err = capsys.readouterr().err
     assert "the bucket 'nobucket' does not exist" in err and "aws s3 mb s3://nobucket" in err
     assert "Traceback" not in err
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    anonymous = {k: v for k, v in s3[1].items() if k not in ("key", "secret")}
+    assert export_s3(store, "s3://robots/nocreds", anonymous, tmp_path / "work") == 2
+    err = capsys.readouterr().err
+    assert "error: cannot read s3://robots/nocreds/" in err and ": no credentials (NoCredentialsError" in err
+    assert "fix: set AWS_ACCESS_KEY_ID" in err
 
 
 def test_overwrite_replaces_only_objects_robowds_wrote(store: Path, expected: dict[str, bytes], proxy: FaultProxy,

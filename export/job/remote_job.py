@@ -47,7 +47,8 @@ from robowds.export.job.energon import NV_META, energon_files
 from robowds.export.job.publish import READY, nv_meta_warnings, owned_files, shard_indexes, wids_index
 from robowds.export.job.remote_out import RemoteOut
 from robowds.export.job.shards import ShardTask
-from robowds.reader.manifest import INDEX_SUFFIX, MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest
+from robowds.reader.manifest import (INDEX_SUFFIX, MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest,
+                                     safe_relative)
 
 WORK = ".robowds-work"
 JOB = f"{WORK}/job.json"
@@ -112,9 +113,11 @@ def _load_records(out: RemoteOut, listing: dict[str, int]) -> dict[str, dict[str
     for doc in docs:
         try:
             record = json.loads(doc) if doc else None
-            records[record["shard"]["path"]] = record
-        except (ValueError, KeyError, TypeError):
-            continue  # unreadable: that shard is simply uploaded again
+            for key in ("shard_key", "index_key"):
+                safe_relative(record[key])  # never a key outside the prefix, whatever the record says
+            records[safe_relative(record["shard"]["path"])] = record
+        except (ValueError, KeyError, TypeError, ManifestError):
+            continue  # unreadable: that shard is simply uploaded again, and its keys are not taken as ours
     return records
 
 
