@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from robowds.export.core.resample import RawSeries
 from robowds.export.errors import EpisodeError, UserError
+from robowds.export.store.location import RemoteStoreError
 from robowds.export.store.schema import FieldSpec, MediaPathError, StoreSchema, media_hint
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
@@ -52,10 +53,37 @@ def image_ext(data: bytes) -> str | None:
     return None
 
 
+def numpy_of(array: pa.Array) -> np.ndarray:
+    """`array.to_numpy(zero_copy_only=False)`, for a number array without nulls as a view of its data buffer.
+
+    Why: `to_numpy` goes through Arrow's pandas conversion layer, which imports pandas (when installed)
+    on first use: ~0.4 s of CPU in every process that loads episodes, i.e. in every pool worker's
+    first task (`scripts/bench_export.py` shows it as per-worker overhead). Nulls, booleans and other
+    types take `to_numpy` (float nulls become NaN there)."""
+    kind = array.type
+    if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)) \
+            and not pa.types.is_float16(kind):
+        dtype = np.dtype(kind.to_pandas_dtype())  # a numpy type for these; pandas is not imported
+        return np.frombuffer(array.buffers()[1], dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _flat(rows: pa.Array) -> pa.Array:
+    """`rows.flatten()` of a list array without null rows: a slice of its values (`flatten` runs a
+    pyarrow.compute kernel, whose first use imports that module: ~0.3 s in every worker process)."""
+    if rows.null_count:
+        return rows.flatten()
+    if isinstance(rows, pa.FixedSizeListArray):
+        width = rows.type.list_size
+        return rows.values.slice(rows.offset * width, len(rows) * width)
+    offsets = numpy_of(rows.offsets)  # [T + 1], of this slice
+    return rows.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
 def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarray | None:
     """Row `row` of a list<list<number>> column as a `[T, N+1]` array; None when the episode did not
     record the stream (a null cell or an empty list)."""
-    if column.is_null()[row].as_py():
+    if not column[row].is_valid:  # a scalar's flag: no pyarrow.compute import (~0.3 s) for `is_null`
         return None
     start, stop = column.offsets[row].as_py(), column.offsets[row + 1].as_py()
     rows = column.values.slice(start, stop - start)  # ListArray of T rows
@@ -67,17 +95,17 @@ def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarr
         width = rows.type.list_size
         widths = np.full(len(rows), width)
     else:
-        offsets = rows.offsets.to_numpy()
+        offsets = numpy_of(rows.offsets)
         widths = np.diff(offsets)
         width = int(widths[0])
     if (widths != width).any():
         bad = int(np.argmax(widths != width))
         raise EpisodeError(episode, name, f"row {bad} has {widths[bad]} columns, row 0 has {width}",
                            hint="every row must be [time, v1..vN] with the same N")
-    leaf = rows.flatten()
+    leaf = _flat(rows)
     if leaf.null_count and not pa.types.is_floating(leaf.type):
         raise EpisodeError(episode, name, "integer time series has null values")
-    flat = leaf.to_numpy(zero_copy_only=False)  # float nulls become NaN: missing samples
+    flat = numpy_of(leaf)  # float nulls become NaN: missing samples
     return flat.reshape(len(rows), width)
 
 
@@ -88,15 +116,15 @@ def _typed_series(column: pa.StructArray, row: int, episode: str, name: str) -> 
     def bad(message: str, hint: str) -> EpisodeError:
         return EpisodeError(episode, name, message, hint=hint)
 
-    if column.is_null()[row].as_py():
+    if not column[row].is_valid:  # a scalar's flag: no pyarrow.compute import (~0.3 s) for `is_null`
         return None
     cell = column.slice(row, 1)
     children = dict(zip((f.name for f in column.type), cell.flatten()))  # flatten() honours the slice
     t_col, v_col = children["t"], children["v"]
     if t_col.null_count or v_col.null_count:
         raise bad(f"{'t' if t_col.null_count else 'v'} is null", "store both t and v for every episode")
-    times = t_col.flatten()  # [T]
-    rows = v_col.flatten()  # T value rows
+    times = _flat(t_col)  # [T]
+    rows = _flat(v_col)  # T value rows
     if len(times) == 0 and len(rows) == 0:
         return None
     if len(times) != len(rows):
@@ -110,17 +138,17 @@ def _typed_series(column: pa.StructArray, row: int, episode: str, name: str) -> 
     if isinstance(rows, pa.FixedSizeListArray):
         widths = np.full(len(rows), rows.type.list_size)
     else:
-        widths = np.diff(rows.offsets.to_numpy())  # [T]
+        widths = np.diff(numpy_of(rows.offsets))  # [T]
     width = int(widths[0]) if len(widths) else 1
     if (widths != width).any():
         at = int(np.argmax(widths != width))
         raise bad(f"v row {at} has {widths[at]} value(s), row 0 has {width}",
                   "every row of v must hold the same N values")
-    leaf = rows.flatten()
+    leaf = _flat(rows)
     if leaf.null_count and not pa.types.is_floating(leaf.type):
         raise bad(f"v has null {leaf.type} values", "write every value (only float values may be NaN: missing)")
-    values = leaf.to_numpy(zero_copy_only=False).reshape(len(rows), width)  # [T, N]; float nulls -> NaN
-    return RawSeries(times.to_numpy(zero_copy_only=False), values)
+    values = numpy_of(leaf).reshape(len(rows), width)  # [T, N]; float nulls -> NaN
+    return RawSeries(numpy_of(times), values)
 
 
 def series_width(raw: np.ndarray | RawSeries) -> int:
@@ -193,9 +221,12 @@ class EpisodeLoader:
             group, row = self.schema.rows[table][ep]
             key = (table, group)
             if key not in cache:
-                if table not in self._tables:
-                    self._tables[table] = self.schema.location.parquet(table)
-                part = self._tables[table].read_row_group(group, columns=wanted + extras)
+                try:
+                    if table not in self._tables:
+                        self._tables[table] = self.schema.location.parquet(table)
+                    part = self._tables[table].read_row_group(group, columns=wanted + extras)
+                except RemoteStoreError as exc:  # a store in object storage: connection lost, access denied
+                    raise EpisodeError(ep, None, f"table {table} cannot be read: {exc}", hint=exc.hint) from exc
                 cache[key] = {c: part.column(c).combine_chunks() for c in wanted + extras}
             columns = cache[key]
             for col in wanted:
@@ -326,7 +357,11 @@ def series_widths(schema: StoreSchema, names: list[str]) -> dict[str, int]:
         by_table.setdefault(schema.fields[name].table, []).append(name)
     for table, fields in sorted(by_table.items()):
         todo = set(fields)
-        for batch in schema.location.parquet(table).iter_batches(batch_size=64, columns=sorted(todo)):
+        try:
+            table_file = schema.location.parquet(table)
+        except RemoteStoreError as exc:
+            raise UserError(f"store table {exc}", hint=exc.hint) from exc
+        for batch in table_file.iter_batches(batch_size=64, columns=sorted(todo)):
             for name in sorted(todo):
                 spec, column = schema.fields[name], batch.column(name)
                 load = _typed_series if spec.layout == "typed" else _series
