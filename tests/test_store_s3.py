@@ -18,7 +18,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
-from robowds.export.store.location import StoreLocation, media_rel, store_location
+from robowds.export.store.location import StoreLocation, drop_media_blocks, media_rel, store_location
 from robowds.export.store.schema import MediaPathError, safe_media_path
 
 from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
@@ -174,3 +174,21 @@ def test_store_location_parses_folders_file_urls_and_fsspec_urls(tmp_path: Path)
     assert (remote.url, remote.storage_options, remote.local) == ("s3://bucket/a/store", {"anon": True}, False)
     assert remote.join("media/x.mp4") == "s3://bucket/a/store/media/x.mp4"
     assert store_location(remote) is remote
+
+
+def test_a_video_that_cannot_be_read_fails_the_export_naming_episode_field_and_url(
+        s3: tuple[FaultProxy, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    proxy, options = s3
+    drop_media_blocks()  # the validate test read these videos in this process: their blocks are kept
+    proxy.configure("403", every=1, per_target=1000, suffix=".mp4")  # the tables read, every video denied
+    try:
+        code = main(["export", "s3://robots/store", str(tmp_path / "out"), "--workers", "1", *EXPORT,
+                     "--storage-options", json.dumps(options)])
+    finally:
+        proxy.configure(None)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "output folder" not in err, err
+    assert "3 episode(s) cannot be exported" in err, err
+    for k in range(3):
+        assert (f"episode 'ep_000{k}', field 'cam': video file 'media/cam/ep_000{k}.mp4': ep_000{k}.mp4 cannot be "
+                f"read: s3://robots/store/media/cam/ep_000{k}.mp4: access denied (HTTP 403 AccessDenied") in err, err

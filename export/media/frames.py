@@ -92,8 +92,12 @@ def open_container(source: Path | RangedFile) -> Iterator[Any]:
         fh = source.open()
     except OSError as exc:  # access denied, connection lost: the message names the URL
         raise VideoError(f"{source.name} cannot be read: {exc}") from exc
-    with fh, av.open(fh) as container:
-        yield container
+    with fh:
+        try:
+            with av.open(fh) as container:
+                yield container
+        except OSError as exc:  # a ranged read failed for good (PyAV hands the file object's error on)
+            raise VideoError(f"{source.name} cannot be read: {exc}") from exc
 
 
 def probe_video(path: Path | RangedFile) -> VideoInfo:

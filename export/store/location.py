@@ -57,7 +57,10 @@ def filesystem(protocol: str, options: dict[str, Any]) -> Any:
 
 
 class RemoteStoreError(OSError):
-    """A store object that cannot be listed or read; `str()` says why (HTTP status, missing key...)."""
+    """A store object that cannot be listed or read; `str()` says why (HTTP status, missing key...),
+    `hint` how to fix it."""
+
+    hint: str | None = None
 
 
 def remote_problem(exc: BaseException, url: str) -> tuple[str, str]:
@@ -102,7 +105,7 @@ class StoreFile:
 
     def open(self) -> BinaryIO:
         """A seekable binary file object, read by range in blocks whose bytes this process keeps for the
-        next open of the same file (see `media_blocks`)."""
+        next open of the same file (`StoreLocation.open_media`)."""
         return self.location.open_media(self.rel)
 
     def read_bytes(self) -> bytes:
@@ -120,7 +123,7 @@ class StoreLocation:
     """A store's root: `url` is a local folder path or an fsspec URL (no trailing slash)."""
 
     url: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold credentials
 
     @property
     def local(self) -> bool:
@@ -160,7 +163,7 @@ class StoreLocation:
         except Exception as exc:  # noqa: BLE001 - s3fs, gcsfs, aiohttp, botocore: classified by remote_problem
             message, hint = remote_problem(exc, self.join(rel) if rel else self.url)
             error = RemoteStoreError(message)
-            error.hint = hint  # type: ignore[attr-defined]
+            error.hint = hint
             raise error from exc
 
     def file(self, rel: str) -> Path | StoreFile:
