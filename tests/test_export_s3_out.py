@@ -260,3 +260,19 @@ def test_failed_overwrite_keeps_the_old_export_and_a_rerun_finishes_the_publish(
     assert [p for (m, p) in proxy.requests if m == "PUT" and "/ready/" in p] == []
     got = remote_tree(proxy, "keep")
     assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
+
+
+def test_partial_upload_of_another_config_is_replaced_without_overwrite(
+        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+        tmp_path: Path) -> None:
+    options = s3[1]
+    # every shard uploaded, then publish's first step (the staged manifest) denied: no manifest, no journal
+    proxy.configure("403", every=1, only="/robots/part/.robowds-work/ready/manifest.json", method="PUT")
+    assert export_s3(store, "s3://robots/part", options, tmp_path / "work", "--set", "splits.val=0") == 2
+    partial = remote_tree(proxy, "part")
+    assert "manifest.json" not in partial and ".robowds-work/publish.json" not in partial
+    assert "train/shard-000004.tar" in partial  # 5 train shards; this config has 4
+    proxy.configure(None)
+    assert export_s3(store, "s3://robots/part", options, tmp_path / "work") == 0  # its objects are robowds'
+    got = remote_tree(proxy, "part")  # train/shard-000004.tar of the other config is gone
+    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()

@@ -143,6 +143,15 @@ def _discard(out: RemoteOut, old: dict[str, Any] | None, listing: dict[str, int]
     _clear_work(out, listing)
 
 
+def _job_of(doc: bytes | None) -> str | None:
+    """The job id in a `job.json`; None when it is missing or damaged (then its work is discarded)."""
+    try:
+        found = json.loads(doc) if doc else None
+    except ValueError:
+        return None
+    return found.get("job_id") if isinstance(found, dict) else None
+
+
 def prepare_remote(out: RemoteOut, job_id: str, overwrite: bool) -> RemoteState | dict[str, Any]:
     """Decide whether the URL may take this export before changing anything there (the rules of the
     local `_prepare_out`); returns the job's state, or the manifest of a finished export of this job."""
@@ -156,8 +165,7 @@ def prepare_remote(out: RemoteOut, job_id: str, overwrite: bool) -> RemoteState 
     if old is not None and old.get("job_id") != job_id and not overwrite:
         raise UserError(f"{out.url} holds a finished export of a different store or config",
                         hint="pass --overwrite to replace it, or choose another output URL")
-    job_doc = out.get(JOB) if JOB in work else None
-    same_job = job_doc is not None and json.loads(job_doc).get("job_id") == job_id
+    same_job = JOB in work and _job_of(out.get(JOB)) == job_id
     if work and not same_job:
         _discard(out, old, listing)  # a partial upload of another store/config: useless
         listing, work = out.listing(), set()
@@ -180,8 +188,8 @@ def pending(state: RemoteState, tasks: list[ShardTask]) -> tuple[list[ShardTask]
         shown = ", ".join(blocked[:5]) + (f" and {len(blocked) - 5} more" if len(blocked) > 5 else "")
         raise UserError(f"{len(blocked)} object(s) under {state.out.url} are in the way of the new export and no "
                         f"robowds manifest lists them: {shown}",
-                        hint=f"robowds never replaces objects it did not write: move them away and re-run the same "
-                             f"command (what is uploaded is kept)")
+                        hint="robowds never replaces objects it did not write: move them away and re-run the same "
+                             "command (what is uploaded is kept)")
     done: dict[str, dict[str, Any]] = {}
     for task in tasks:
         record = state.records.get(task.path)
