@@ -23,10 +23,10 @@ gone does the finalizer run: it marks the slot free in the main process and writ
 that only the worker holding the slot reads. The worker reuses a slot only after reading its id
 there, and the next pass's workers get only slots marked free (a pipe write and read, or the fork
 of a new worker, order the main process's last reads before the worker's next writes, on any CPU),
-so memory the trainer may still hold is never written. `pin_memory=True` copies into pinned memory in the loader's pin thread and drops the
-views at once. A slot whose batch is never released (kept by the trainer, or left in the queue of an
-abandoned iterator) is simply not reused; when no slot is free and MAX_SLOTS exist, the batch gets a
-fresh storage as before. Memory: at most MAX_SLOTS x the largest batch per worker, plus what the
+so memory the trainer may still hold is never written. `pin_memory=True` copies into pinned memory
+in the loader's pin thread and drops the views at once. A slot whose batch the trainer keeps is not
+reused while it is kept; a pass's slots go to another pass only once its iterator has ended (its
+workers stopped). When no slot is free and MAX_SLOTS exist, the batch gets a fresh storage as before. Memory: at most MAX_SLOTS x the largest batch per worker, plus what the
 trainer holds; freed with the `ShardLoader` (or a smaller slot when a larger batch needs its place).
 """
 
@@ -172,7 +172,8 @@ class SlotReceiver:
         given = tuple(tuple((i, self.slots[i][0]) for i in free[w::workers]) for w in range(workers))
         pipes = [multiprocessing.Pipe(duplex=False) for _ in range(workers)]  # (read end, write end)
         spec = SlotSpec(secrets.token_hex(8), tuple(r for r, _ in pipes), given)
-        self.passes[spec.token] = _Pass(spec, [w for _, w in pipes], {i: w for w in range(workers) for i, _ in given[w]})
+        owner = {i: w for w in range(workers) for i, _ in given[w]}
+        self.passes[spec.token] = _Pass(spec, [w for _, w in pipes], owner)
         _OPEN[spec.token] = self
         return spec
 

@@ -277,7 +277,8 @@ class SampleDecoder:
         self._learn(buf, start, stop, layout)
         return sample
 
-    def array_views(self, buf: Buffer, start: int, stop: int) -> dict[str, tuple[memoryview, np.dtype, tuple[int, ...]]] | None:
+    def array_views(self, buf: Buffer, start: int,
+                    stop: int) -> dict[str, tuple[memoryview, np.dtype, tuple[int, ...]]] | None:
         """For a sample in [start, stop) that matches a learned layout: every C-ordered fixed-shape
         array field's raw bytes in place, as (memoryview, dtype, shape); None when it matches none
         (then `decode()` it). Nothing is copied: the views keep `buf` exported until dropped."""

@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=120, help="synthetic store size when exporting")
     parser.add_argument("--repeats", type=int, default=5, help="measured rounds (medians), after one warm-up round")
     parser.add_argument("--large-batch", type=int, default=32, help="batch size for the large samples")
+    parser.add_argument("--large-stride", type=int, default=16, help="anchor stride of the large export")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_batches_") as tmp:
         data = args.data
@@ -89,8 +90,8 @@ def main() -> None:
             bench_read.write_synthetic_store(store, episodes=args.episodes, seed=0)
             bench_read.export(store, data / "small", "small", [bench_read.ALL_BUT_JOINTS, "shard.max_samples=1024"])
             bench_read.export(store, data / "large", "large", [
-                "exclude=[overview]", "streams.imu.rate_hz=200", "streams.imu.duration_s=100", "stride=16",
-                "shard.max_samples=64"])
+                "exclude=[overview]", "streams.imu.rate_hz=200", "streams.imu.duration_s=100",
+                f"stride={args.large_stride}", "shard.max_samples=64"])
         for name, batch, goal in (("small", 32, 80), ("large", args.large_batch, 50)):
             samples = ShardDataset(data / name, "train").epoch_length()
             result = bench(data / name, batch, args.repeats)
@@ -101,9 +102,11 @@ def main() -> None:
                 (w0, s0), (w2, s2) = result[(path, 0)], result[(path, 2)]
                 print(f"  {path:16s} workers=2 / workers=0: {100 * w2 / w0:5.1f}% (steady {100 * s2 / s0:5.1f}%)"
                       f"  target >= {goal}%")
-            print(f"  batch path / per-sample path, workers=2: {result[('batch path', 2)][0] / result[('per-sample path', 2)][0]:.2f}x")
+            ratio = result[("batch path", 2)][0] / result[("per-sample path", 2)][0]
+            print(f"  batch path / per-sample path, workers=2: {ratio:.2f}x")
     nbytes = 16 << 20
-    print(f"fill a 16 MiB shared storage: fresh {fill_ms(True, nbytes, 10):.1f} ms, reused {fill_ms(False, nbytes, 10):.1f} ms")
+    fresh, reused = fill_ms(True, nbytes, 10), fill_ms(False, nbytes, 10)
+    print(f"fill a 16 MiB shared storage: fresh {fresh:.1f} ms, reused {reused:.1f} ms")
 
 
 if __name__ == "__main__":
