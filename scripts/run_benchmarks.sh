@@ -16,6 +16,7 @@ run $PY scripts/bench_export.py --episodes 300 --repeats 3
 run $PY scripts/bench_read.py
 run $PY scripts/bench_cold_read.py
 run $PY scripts/bench_collate.py
+run $PY scripts/bench_batches.py
 if [ -n "${TORCHCODEC_PATH:-}" ]; then
     run env PYTHONPATH="$TORCHCODEC_PATH" $PY scripts/bench_video.py
 else
