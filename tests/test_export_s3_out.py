@@ -8,6 +8,7 @@ message naming the URL; an existing export is replaced only with --overwrite and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -132,29 +133,38 @@ def test_reader_reads_the_exported_url_like_the_local_folder(expected: dict[str,
     assert len(remote) == 28 and remote == samples(str(local))
 
 
-def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
-        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
-        tmp_path: Path) -> None:
-    options = s3[1]
+def kill_when(proxy: FaultProxy, prefix: str, cmd: list[str], landed: Callable[[list[str]], bool]) -> dict[str, bytes]:
+    """Run the CLI `cmd` with 150 ms on every request, SIGKILL it as soon as the keys under `prefix`
+    satisfy `landed`; returns every object under `prefix` once the proxy has forwarded its last request."""
     client = moto_client(proxy)
-    proxy.configure(None, latency_s=0.15)  # each request 150 ms: the kill lands between two uploads
-    cmd = [sys.executable, "-m", "robowds.export", str(store), "s3://robots/kill", *SETTINGS,
-           "--storage-options", json.dumps(options), "--work-dir", str(tmp_path / "first")]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proxy.configure(None, latency_s=0.15)  # the kill lands between two requests
+    proc = subprocess.Popen([sys.executable, "-m", "robowds.export", *cmd], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            listed = client.list_objects_v2(Bucket=BUCKET, Prefix="kill/").get("Contents", [])
-            if any(o["Key"].endswith(".tar") for o in listed):  # a first shard uploaded
+            listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/").get("Contents", [])
+            if landed([o["Key"][len(prefix) + 1:] for o in listed]):
                 break
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""  # not finished
+    proxy.configure(None)
     after_kill: dict[str, bytes] = {}
-    while after_kill != (after_kill := remote_tree(proxy, "kill")):  # the proxy may still forward a request
+    while after_kill != (after_kill := remote_tree(proxy, prefix)):  # the proxy may still forward a request
         time.sleep(0.5)
+    return after_kill
+
+
+def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
+        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+        tmp_path: Path) -> None:
+    options = s3[1]
+    after_kill = kill_when(proxy, "kill", [str(store), "s3://robots/kill", *SETTINGS, "--storage-options",
+                                           json.dumps(options), "--work-dir", str(tmp_path / "first")],
+                           lambda keys: any(k.endswith(".tar") for k in keys))  # a first shard uploaded
     assert "manifest.json" not in after_kill
     for rel in ("train.wids.json", ".nv-meta/split.yaml"):
         assert rel not in after_kill  # published only with the manifest
@@ -164,7 +174,7 @@ def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
         assert after_kill[path] == expected[path] and after_kill[path + ".idx"] == expected[path + ".idx"]
         assert f".robowds-work/uploaded/{path.replace('/', '__')}.json" in after_kill
 
-    proxy.configure(None)
+    proxy.configure(None)  # counters from here
     assert export_s3(store, "s3://robots/kill", options, tmp_path / "second") == 0  # local work folder lost
     shards = sorted(k for k in expected if k.endswith(".tar"))
     assert puts(proxy, ".tar") == sorted(f"/robots/kill/{k}" for k in shards if k not in uploaded)
@@ -275,4 +285,25 @@ def test_partial_upload_of_another_config_is_replaced_without_overwrite(
     proxy.configure(None)
     assert export_s3(store, "s3://robots/part", options, tmp_path / "work") == 0  # its objects are robowds'
     got = remote_tree(proxy, "part")  # train/shard-000004.tar of the other config is gone
+    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
+
+
+def test_killed_publish_shows_readers_a_complete_export_or_none_and_the_rerun_finishes(
+        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+        tmp_path: Path) -> None:
+    options = s3[1]
+    assert export_s3(store, "s3://robots/pub", options, tmp_path / "work", "--set", "splits.val=0") == 0
+    after_kill = kill_when(proxy, "pub", [str(store), "s3://robots/pub", *SETTINGS, "--overwrite", "--storage-options",
+                                          json.dumps(options), "--work-dir", str(tmp_path / "work")],
+                           lambda keys: ".robowds-work/publish.json" in keys)  # the publish began
+    assert ".robowds-work/publish.json" in after_kill
+    if "manifest.json" in after_kill:  # whichever manifest a reader finds lists exactly what is there
+        manifest = json.loads(after_kill["manifest.json"])
+        for split in manifest["splits"].values():
+            for shard in split["shards"]:
+                assert hashlib.sha256(after_kill[shard["path"]]).hexdigest() == shard["sha256"]
+                assert hashlib.sha256(after_kill[shard["path"] + ".idx"]).hexdigest() == shard["index_sha256"]
+    assert export_s3(store, "s3://robots/pub", options, tmp_path / "work", "--overwrite") == 0
+    assert [p for (m, p) in proxy.requests if m == "PUT" and "/ready/" in p] == []  # nothing uploaded again
+    got = remote_tree(proxy, "pub")
     assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
