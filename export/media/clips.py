@@ -19,7 +19,7 @@ from robowds.export.media.images import JPEG_QUALITY, jpeg_bytes
 
 MP4_CODEC = "mpeg4"  # FFmpeg's MPEG-4 part 2: bit-exact with the flags below
 MP4_BITS_PER_PIXEL = 0.6
-MP4_INTRA_QSCALE = 3  # mp4-intra: constant quantiser; on G1 224x224 38.2 dB, 1.4x the bytes of mp4's 2-frame clips
+MP4_INTRA_QSCALE = 3  # mp4-intra: constant quantiser; G1 224x224: 39.2 dB vs the stored RGB, 1.46x mp4's bytes
 AV1_ENCODER = "libsvtav1"  # bundled with PyAV 18; decoded by libdav1d
 AV1_PRESET = 10  # 0 (slowest) .. 13; 10 costs ~30 ms per 20-frame 224x224 window on one core
 AV1_CRF = 30  # constant quality: ~3.6x fewer bytes than mpeg4 at ~1 dB lower PSNR (README)
@@ -82,9 +82,10 @@ class IntraClips:
     the encoding, and a window costs a mux instead of an encoder).
 
     Why not `mp4`'s encoder per window: opening an MPEG-4 encoder and muxer costs more than the frames
-    (1.8 ms per 2-frame window on G1 224x224, against 0.2 ms per intra frame and 0.25 ms per mux).
-    The price: intra-only clips store each frame whole (constant quantiser `MP4_INTRA_QSCALE`), 1.4x
-    the bytes of `mp4` for 2-frame windows and more for long ones (docs/video-and-images.md).
+    (1.5-2 ms of CPU per 2-frame window on G1 224x224, against ~0.3 ms per intra frame and ~0.15 ms
+    per mux). The price: intra-only clips store each frame whole (constant quantiser
+    `MP4_INTRA_QSCALE`), 1.46x the bytes of `mp4` for 2-frame windows and more for long ones
+    (docs/video-and-images.md).
 
     One encoder per video, opened once as the stream of a throw-away mp4 (so its codec parameters,
     extradata included, are filled in and serve as the template of every clip's stream: no encoder is
@@ -97,18 +98,20 @@ class IntraClips:
         import av
 
         self.rate = Fraction(rate_hz).limit_denominator(1000)
+        self._time_base = 1 / self.rate  # of a clip's packets: made once (Fraction arithmetic is slow)
         self._sink = av.open(io.BytesIO(), "w", format="mp4", options={"fflags": "+bitexact"})
         stream: Any = self._sink.add_stream(MP4_CODEC, rate=self.rate, options={
             "flags": "+bitexact", "g": "1", "bf": "0", "qmin": str(MP4_INTRA_QSCALE), "qmax": str(MP4_INTRA_QSCALE)})
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.thread_count = 1
         self._sink.start_encoding()  # opens the encoder and fills the stream's codec parameters
-        self._stream, self._count = stream, 0
+        self._stream, self._count, self._encoder_time_base = stream, 0, stream.codec_context.time_base
 
     def packet(self, frame: Any) -> bytes:
-        """One yuv420p VideoFrame (`to_yuv420p`) -> its intra packet's bytes."""
+        """One yuv420p VideoFrame (`to_yuv420p`, or the scaled planes of a decoded frame) -> its intra
+        packet's bytes."""
         # pts in the encoder's own time base (a decoded frame still carries its source's)
-        frame.pts, frame.time_base, self._count = self._count, self._stream.codec_context.time_base, self._count + 1
+        frame.pts, frame.time_base, self._count = self._count, self._encoder_time_base, self._count + 1
         packets = self._stream.encode(frame)
         assert len(packets) == 1 and packets[0].is_keyframe, "an intra encoder without delay: one keyframe per frame"
         return bytes(packets[0])
@@ -122,13 +125,10 @@ class IntraClips:
             stream = container.add_stream_from_template(self._stream)
             for i, data in enumerate(packets):
                 packet = av.Packet(data)
-                packet.stream, packet.pts, packet.dts, packet.time_base = stream, i, i, 1 / self.rate
+                packet.stream, packet.pts, packet.dts, packet.time_base = stream, i, i, self._time_base
                 packet.is_keyframe = True
                 container.mux(packet)
         return buf.getvalue()
-
-    def close(self) -> None:
-        self._sink.close()
 
 
 def _encode_rgb(frames: np.ndarray, rate_hz: float, encoding: str) -> bytes:
