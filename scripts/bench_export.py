@@ -14,12 +14,20 @@ CPU time inside the tasks, and the pool workers' CPU time outside their tasks (s
 argument unpickling). From the 1-worker run it derives two bounds on the 2-worker speedup:
 Amdahl's (the parent's own seconds serial, the tasks' split perfectly) and the list-scheduling bound
 (the same 1-worker task times dealt to 2 workers, the next task to the first free worker, phase by
-phase: a phase of 1 task, or of a few unequal ones, cannot use the second worker).
+phase: a phase of 1 task, or of a few unequal ones, cannot use the second worker). From both runs, a
+CPU-time estimate of the ratio: the 1-worker run's CPU over the 2-worker run's parent CPU plus its
+workers' CPU (start-up included) split evenly over 2 cores; and how much more CPU the same tasks took
+with 2 workers than with 1 (shared caches, memory bandwidth, other load). Peak RSS is the whole
+process tree's, sampled every 20 ms.
 
 The synthetic store: `robowds synth` of `--episodes` episodes; the export uses the `--set` overrides
 below. G1: `robowds convert lerobot` of the vendored tests/data/real/unitree_g1_lerobot_v2.1_real
 (2 episodes, 736 AV1 640x480 frames) into a temp store, exported with the video config of
 `scripts/bench_video_export.py` (jpg, centre crop to 224x224, 2-frame windows, stride 1).
+
+`--before REV` runs every export with git revision REV's code too (`git archive` of its export/ and
+reader/ as the `robowds` package), interleaved with ours, so a change is measured against its parent
+in one run.
 """
 
 from __future__ import annotations
@@ -32,10 +40,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNTH_SETS = ["streams.joints.rate_hz=50", "streams.imu.rate_hz=100", "streams.imu.duration_s=0.5",
@@ -45,24 +56,40 @@ TARGET = 1.8
 
 def child(store: str, out: str, workers: int, sets: list[str]) -> None:
     """`--child`: one export in this fresh process; prints its summary and phase profile as JSON."""
+    import robowds.export
     from robowds.export.job.config import load_config
     from robowds.export.job.run import run_export
 
+    if os.environ.get("BENCH_BEFORE"):  # --before: the archived revision's code, not this checkout's
+        assert str(ROOT) not in robowds.export.__file__, robowds.export.__file__
     summary = run_export(Path(store), Path(out), load_config(None, sets), workers=workers, progress=False)
     print(json.dumps({"windows": summary.windows, "bytes": summary.bytes, "job_s": summary.seconds,
                       "profile": summary.profile}))
 
 
-def export_once(store: Path, out: Path, workers: int, sets: list[str]) -> dict[str, Any]:
-    """One export in a child process: its JSON line plus the process's wall time (start-up included)."""
+def export_once(store: Path, out: Path, workers: int, sets: list[str], code: Path | None = None) -> dict[str, Any]:
+    """One export in a child process: its JSON line plus the process's wall time (start-up included).
+    `code`: a folder holding another revision's `robowds` package, imported instead of this one."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, __file__, "--child", str(store), str(out), str(workers), json.dumps(sets)]
+    env = {**os.environ, "PYTHONPATH": str(code), "BENCH_BEFORE": "1"} if code else None
     began = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    log = out.with_name(out.name + ".log")  # a file, not a pipe: a full pipe would stall the child
+    with open(log, "w") as fh:
+        proc = psutil.Popen(cmd, cwd=code or ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        peak = 0
+        while proc.poll() is None:  # peak RSS of the process tree, sampled every 20 ms
+            try:
+                peak = max(peak, sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]))
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.02)
     wall = time.perf_counter() - began
-    if done.returncode != 0:
-        raise SystemExit(f"export with {workers} worker(s) failed:\n{done.stderr[-3000:]}")
-    return {**json.loads(done.stdout.splitlines()[-1]), "process_s": wall}
+    output = log.read_text()
+    if proc.returncode != 0:
+        raise SystemExit(f"export with {workers} worker(s) failed:\n{output[-3000:]}")
+    line = next(x for x in reversed(output.splitlines()) if x.startswith("{"))  # warnings may follow it
+    return {**json.loads(line), "process_s": wall, "peak_rss": peak}
 
 
 def list_schedule(each: list[float], workers: int) -> float:
@@ -100,27 +127,51 @@ def breakdown(name: str, runs: dict[int, dict[str, Any]]) -> None:
         print(f"  {workers} worker(s): parent {prof['parent_cpu_s']:.2f} s ({prof['parent_cpu_s'] / total:.0%}), "
               f"tasks {prof['task_cpu_s']:.2f} s, workers outside tasks {prof['worker_overhead_cpu_s']:.2f} s; "
               f"job wall {runs[workers]['job_s']:.2f} s")
+    inflation = runs[2]["profile"]["task_cpu_s"] / runs[1]["profile"]["task_cpu_s"]
+    print(f"  CPU in tasks, 2 workers / 1 worker: {inflation:.2f}x (the same tasks: > 1 when the two workers "
+          "slow each other down, e.g. shared caches and memory bandwidth, or other load)")
     share, amdahl, scheduled = bounds(runs[1]["profile"])
+    one, two = runs[1]["profile"], runs[2]["profile"]
+    estimate = (one["parent_cpu_s"] + one["task_cpu_s"]) / (
+        two["parent_cpu_s"] + (two["task_cpu_s"] + two["worker_overhead_cpu_s"]) / 2)
     print(f"  1-worker serial share {share:.1%} -> Amdahl bound for 2 workers {amdahl:.2f}x, "
-          f"list-scheduling bound {scheduled:.2f}x")
+          f"list-scheduling bound {scheduled:.2f}x; CPU-time estimate {estimate:.2f}x (the 2-worker run's parent "
+          "serial, its workers' CPU, start-up included, split evenly over 2 cores)")
 
 
-def measure(name: str, store: Path, tmp: Path, sets: list[str], repeats: int) -> None:
-    best: dict[int, dict[str, Any]] = {}
-    for _ in range(repeats):  # interleaved: a slow spell of a shared machine hits both
+def measure(name: str, store: Path, tmp: Path, sets: list[str], repeats: int, before: tuple[str, Path] | None) -> None:
+    """Best of `repeats` for 1 and 2 workers (and the same with revision `before`'s code), interleaved
+    so that a slow spell of a shared machine hits every row."""
+    codes = {"": None, **({f" at {before[0]}": before[1]} if before else {})}
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    for _ in range(repeats):
+        for label, code in codes.items():
+            for workers in (1, 2):
+                run = export_once(store, tmp / f"out-{workers}", workers, sets, code)
+                if (label, workers) not in best or run["process_s"] < best[label, workers]["process_s"]:
+                    best[label, workers] = run
+    for label in codes:
         for workers in (1, 2):
-            run = export_once(store, tmp / f"out-{name}-{workers}", workers, sets)
-            if workers not in best or run["process_s"] < best[workers]["process_s"]:
-                best[workers] = run
-    for workers in (1, 2):
-        run = best[workers]
-        print(f"{name} workers={workers}: {run['windows']} windows, {run['bytes'] / 1e6:.1f} MB in "
-              f"{run['process_s']:.2f} s (job {run['job_s']:.2f} s) -> {run['windows'] / run['process_s']:,.0f} windows/s")
-    ratio = best[1]["process_s"] / best[2]["process_s"]
-    job_ratio = best[1]["job_s"] / best[2]["job_s"]
-    print(f"{name} ratio 2 workers / 1 worker: {ratio:.2f}x (job only: {job_ratio:.2f}x; target {TARGET}x: "
-          f"{'met' if ratio >= TARGET else 'missed'})")
-    breakdown(name, best)
+            run = best[label, workers]
+            print(f"{name}{label} workers={workers}: {run['windows']} windows, {run['bytes'] / 1e6:.1f} MB in "
+                  f"{run['process_s']:.2f} s (job {run['job_s']:.2f} s) -> "
+                  f"{run['windows'] / run['process_s']:,.0f} windows/s, peak RSS {run['peak_rss'] / 2**20:.0f} MiB")
+        ratio = best[label, 1]["process_s"] / best[label, 2]["process_s"]
+        job_ratio = best[label, 1]["job_s"] / best[label, 2]["job_s"]
+        print(f"{name}{label} ratio 2 workers / 1 worker: {ratio:.2f}x (job only: {job_ratio:.2f}x; target "
+              f"{TARGET}x: {'met' if ratio >= TARGET else 'missed'})")
+        breakdown(name, {w: best[label, w] for w in (1, 2)})
+
+
+def archived(rev: str, tmp: Path) -> Path:
+    """`git archive` of revision `rev`'s export/ and reader/ as a `robowds` package under `tmp`."""
+    src = tmp / f"rev-{rev}"
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "export", "reader"], capture_output=True,
+                             check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(src / "robowds")
+    (src / "robowds" / "__init__.py").touch()
+    return src
 
 
 def g1_store(tmp: Path) -> tuple[Path, list[str]]:
@@ -147,6 +198,8 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=None,
                         help=f"synthetic export overrides (default: {' '.join(SYNTH_SETS)})")
     parser.add_argument("--only", choices=("synthetic", "g1"), help="run one of the two exports")
+    parser.add_argument("--before", metavar="REV", help="also run every export with git revision REV's code "
+                        "(REV must have the phase profile: 9b72131 or later)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)  # STORE OUT WORKERS SETS-JSON
     args = parser.parse_args()
     if args.child:
@@ -157,16 +210,17 @@ def main() -> None:
     print(f"load average at the start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs); best of {args.repeats}")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        before = (args.before, archived(args.before, tmp)) if args.before else None
         if args.only in (None, "synthetic"):
             store = tmp / "synth"
             summary = write_synthetic_store(store, episodes=args.episodes, seed=0)
             source_mb = sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) / 1e6
             print(f"synthetic store: {summary.episodes} episodes, {summary.total_seconds:.0f} s of data, "
                   f"{source_mb:.1f} MB")
-            measure("synthetic", store, tmp, args.overrides or SYNTH_SETS, args.repeats)
+            measure("synthetic", store, tmp, args.overrides or SYNTH_SETS, args.repeats, before)
         if args.only in (None, "g1"):
             store, sets = g1_store(tmp)
-            measure("G1 video (jpg)", store, tmp, sets, args.repeats)
+            measure("G1 video (jpg)", store, tmp, sets, args.repeats, before)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
