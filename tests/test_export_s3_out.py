@@ -133,11 +133,13 @@ def test_reader_reads_the_exported_url_like_the_local_folder(expected: dict[str,
     assert len(remote) == 28 and remote == samples(str(local))
 
 
-def kill_when(proxy: FaultProxy, prefix: str, cmd: list[str], landed: Callable[[list[str]], bool]) -> dict[str, bytes]:
-    """Run the CLI `cmd` with 150 ms on every request, SIGKILL it as soon as the keys under `prefix`
-    satisfy `landed`; returns every object under `prefix` once the proxy has forwarded its last request."""
+def kill_when(proxy: FaultProxy, prefix: str, cmd: list[str],
+              landed: Callable[[list[str]], bool]) -> tuple[dict[str, bytes], list[str]]:
+    """Run the CLI `cmd` with 100 ms on every request, SIGKILL it as soon as the keys under `prefix`
+    satisfy `landed`; returns (every object under `prefix` once the proxy has forwarded its last
+    request, the shard PUTs the killed run made)."""
     client = moto_client(proxy)
-    proxy.configure(None, latency_s=0.15)  # the kill lands between two requests
+    proxy.configure(None, latency_s=0.1)  # the kill lands between two requests
     proc = subprocess.Popen([sys.executable, "-m", "robowds.export", *cmd], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -151,20 +153,25 @@ def kill_when(proxy: FaultProxy, prefix: str, cmd: list[str], landed: Callable[[
     finally:
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""  # not finished
-    proxy.configure(None)
     after_kill: dict[str, bytes] = {}
     while after_kill != (after_kill := remote_tree(proxy, prefix)):  # the proxy may still forward a request
         time.sleep(0.5)
-    return after_kill
+    shard_puts = puts(proxy, ".tar")
+    proxy.configure(None)
+    return after_kill, shard_puts
 
 
-def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
+def test_killed_runs_leave_a_complete_export_or_none_and_each_rerun_uploads_only_the_rest(
         store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
         tmp_path: Path) -> None:
     options = s3[1]
-    after_kill = kill_when(proxy, "kill", [str(store), "s3://robots/kill", *SETTINGS, "--storage-options",
-                                           json.dumps(options), "--work-dir", str(tmp_path / "first")],
-                           lambda keys: any(k.endswith(".tar") for k in keys))  # a first shard uploaded
+
+    def command(work: str) -> list[str]:
+        return [str(store), "s3://robots/kill", *SETTINGS, "--storage-options", json.dumps(options),
+                "--work-dir", str(tmp_path / work)]
+    shards = sorted(k for k in expected if k.endswith(".tar"))
+    # killed once a first shard is uploaded
+    after_kill, _ = kill_when(proxy, "kill", command("first"), lambda keys: any(k.endswith(".tar") for k in keys))
     assert "manifest.json" not in after_kill
     for rel in ("train.wids.json", ".nv-meta/split.yaml"):
         assert rel not in after_kill  # published only with the manifest
@@ -173,11 +180,20 @@ def test_killed_run_leaves_no_manifest_and_the_rerun_uploads_only_the_rest(
     for path in uploaded:  # a shard under its final key is complete, and so is its index; both recorded
         assert after_kill[path] == expected[path] and after_kill[path + ".idx"] == expected[path + ".idx"]
         assert f".robowds-work/uploaded/{path.replace('/', '__')}.json" in after_kill
-
-    proxy.configure(None)  # counters from here
-    assert export_s3(store, "s3://robots/kill", options, tmp_path / "second") == 0  # local work folder lost
-    shards = sorted(k for k in expected if k.endswith(".tar"))
-    assert puts(proxy, ".tar") == sorted(f"/robots/kill/{k}" for k in shards if k not in uploaded)
+    # re-run with the local work folder lost, killed once its publish began: it uploaded only the rest
+    after_kill, shard_puts = kill_when(proxy, "kill", command("second"),
+                                       lambda keys: ".robowds-work/publish.json" in keys)
+    assert shard_puts == sorted(f"/robots/kill/{k}" for k in shards if k not in uploaded)
+    assert ".robowds-work/publish.json" in after_kill
+    if "manifest.json" in after_kill:  # a manifest a reader finds lists exactly what is there
+        manifest = json.loads(after_kill["manifest.json"])
+        for split in manifest["splits"].values():
+            for shard in split["shards"]:
+                assert hashlib.sha256(after_kill[shard["path"]]).hexdigest() == shard["sha256"]
+                assert hashlib.sha256(after_kill[shard["path"] + ".idx"]).hexdigest() == shard["index_sha256"]
+    # the next run finishes that publish, uploading nothing again, to the bytes of a local export
+    assert export_s3(store, "s3://robots/kill", options, tmp_path / "third") == 0
+    assert puts(proxy, ".tar") == []
     got = remote_tree(proxy, "kill")
     assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
 
@@ -287,23 +303,3 @@ def test_partial_upload_of_another_config_is_replaced_without_overwrite(
     got = remote_tree(proxy, "part")  # train/shard-000004.tar of the other config is gone
     assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
 
-
-def test_killed_publish_shows_readers_a_complete_export_or_none_and_the_rerun_finishes(
-        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
-        tmp_path: Path) -> None:
-    options = s3[1]
-    assert export_s3(store, "s3://robots/pub", options, tmp_path / "work", "--set", "splits.val=0") == 0
-    after_kill = kill_when(proxy, "pub", [str(store), "s3://robots/pub", *SETTINGS, "--overwrite", "--storage-options",
-                                          json.dumps(options), "--work-dir", str(tmp_path / "work")],
-                           lambda keys: ".robowds-work/publish.json" in keys)  # the publish began
-    assert ".robowds-work/publish.json" in after_kill
-    if "manifest.json" in after_kill:  # whichever manifest a reader finds lists exactly what is there
-        manifest = json.loads(after_kill["manifest.json"])
-        for split in manifest["splits"].values():
-            for shard in split["shards"]:
-                assert hashlib.sha256(after_kill[shard["path"]]).hexdigest() == shard["sha256"]
-                assert hashlib.sha256(after_kill[shard["path"] + ".idx"]).hexdigest() == shard["index_sha256"]
-    assert export_s3(store, "s3://robots/pub", options, tmp_path / "work", "--overwrite") == 0
-    assert [p for (m, p) in proxy.requests if m == "PUT" and "/ready/" in p] == []  # nothing uploaded again
-    got = remote_tree(proxy, "pub")
-    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
