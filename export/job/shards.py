@@ -118,4 +118,4 @@ def check_shard_space(work: Path, tasks: list[ShardTask]) -> None:
         raise UserError(f"writing the shards needs {human_bytes(needed)} on the disk of {work.parent}, "
                         f"but it has {human_bytes(free)} free",
                         hint="free disk space and re-run the same command (staged episodes are kept), or "
-                             "choose an output folder on a larger disk")
+                             "choose an output folder (with OUT at a URL: a --work-dir) on a larger disk")
