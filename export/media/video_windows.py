@@ -61,8 +61,8 @@ class VideoWindows:
         self._span_end = self.info.span_end  # file time of the last frame the container declares (a median)
         # frame index -> [H, W, 3] uint8, [H, W, 4] RGBX (jpg) or a yuv420p VideoFrame (mp4-intra): `_held`
         self._frames: dict[int, Any] = {}
-        # frame index -> what members are made of (JPEG bytes, or a yuv420p VideoFrame), made once per
-        # frame and dropped with the frame; PAD: the zero frame's
+        # frame index -> what members are made of (JPEG bytes, a yuv420p VideoFrame, or an intra packet),
+        # made once per frame and dropped with the frame; PAD: the zero frame's
         self._parts: dict[int, Any] = {}
         self._wanted = np.zeros(len(self.info.pts), dtype=bool)  # [F] frames some window uses
         self._decoder: Iterator[tuple[int, Any]] | None = None
