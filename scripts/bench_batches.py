@@ -10,8 +10,9 @@ each built once and iterated pass after pass (epochs, as training does), interle
 worker; "batch path" is the default `collate`: arrays copied straight into the batch, in reused slots.
 Printed per row: samples/s over whole passes (worker start-up included) and from each pass's first
 batch on ("steady"); then workers=2 / workers=0 for both paths (issue-16 targets: >= 80% for small
-samples, >= 50% for large), and the cost of filling a fresh 16 MB shared storage against a reused one
-(what the slots avoid). Needs only the reader (no webdataset/wids), so `--data` runs it anywhere.
+samples, >= 50% for large), the cost of filling a fresh 16 MB shared storage against a reused one
+(what the slots avoid), and the time a plain 2-worker DataLoader over a one-item dataset takes to its
+first item (the start-up every epoch of workers pays, whatever the dataset). Needs only the reader (no webdataset/wids), so `--data` runs it anywhere.
 """
 
 from __future__ import annotations
@@ -45,6 +46,23 @@ def fill_ms(fresh: bool, nbytes: int, repeats: int) -> float:
         torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,)).numpy()[:] = src
         del storage
         best = min(best, time.perf_counter() - began)
+    return best * 1e3
+
+
+class _One(torch.utils.data.IterableDataset):
+    def __iter__(self):  # one tiny item: the DataLoader's own start-up, nothing of ours
+        yield torch.zeros(1)
+
+
+def startup_ms(workers: int, repeats: int) -> float:
+    """Best ms from creating a plain DataLoader iterator with `workers` workers to its first item."""
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        iterator = iter(torch.utils.data.DataLoader(_One(), batch_size=None, num_workers=workers))
+        next(iterator)
+        best = min(best, time.perf_counter() - began)
+        del iterator
     return best * 1e3
 
 
@@ -107,6 +125,7 @@ def main() -> None:
     nbytes = 16 << 20
     fresh, reused = fill_ms(True, nbytes, 10), fill_ms(False, nbytes, 10)
     print(f"fill a 16 MiB shared storage: fresh {fresh:.1f} ms, reused {reused:.1f} ms")
+    print(f"a plain DataLoader with 2 workers over one tiny item: {startup_ms(2, 5):.0f} ms to its first item")
 
 
 if __name__ == "__main__":
