@@ -168,7 +168,10 @@ class SlotReceiver:
         """The spec for a new pass of `workers` workers: the slots no trainer batch and no other running
         pass holds are dealt out round-robin."""
         taken = {i for run in self.passes.values() for i in run.owner}
-        free = [i for i in self.slots if i not in self.held and i not in taken][:workers * MAX_SLOTS]
+        free = [i for i in self.slots if i not in self.held and i not in taken]
+        for i in free[workers * MAX_SLOTS:]:  # more free slots than the pass can use: unmap the rest
+            del self.slots[i]
+        free = free[:workers * MAX_SLOTS]
         given = tuple(tuple((i, self.slots[i][0]) for i in free[w::workers]) for w in range(workers))
         pipes = [multiprocessing.Pipe(duplex=False) for _ in range(workers)]  # (read end, write end)
         spec = SlotSpec(secrets.token_hex(8), tuple(r for r, _ in pipes), given)
@@ -203,7 +206,7 @@ class SlotReceiver:
         for name in batch.order:
             if name in batch.tensors:
                 dtype, shape, offset = batch.tensors[name]
-                item = torch.empty(0, dtype=dtype).element_size()
+                item = dtype.itemsize
                 out[name] = torch.empty(0, dtype=dtype).set_(storage, offset // item, shape)
             else:
                 out[name] = batch.rest[name]

@@ -208,3 +208,25 @@ def test_the_next_pass_reuses_released_slots_and_keeps_held_ones(out: Path, monk
         if epoch == 1:
             assert not any(crossed[:4])  # the first batches reuse slots given by the main process
     assert_same_batches(held, expected[0][-2:])
+
+
+def test_surplus_free_slots_are_unmapped_at_the_next_pass(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slots freed after the trainer held many batches do not stay mapped beyond what a pass can use."""
+    import robowds.reader.batching as batching
+
+    monkeypatch.setattr(batching, "MAX_SLOTS", 2)
+    reference = ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, collate_fn=PerSample())
+    expected = [list(reference), list(reference)]  # epochs 0 and 1
+    loader = ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, num_workers=2)
+    held = list(loader)  # every batch of epoch 0 kept: 2 x 2 slots held, the rest in fresh storages
+    assert_same_batches(held, expected[0])
+    assert len(loader._slots.slots) == 4 and loader._slots.held == set(loader._slots.slots)
+    del held
+    assert not loader._slots.held
+    loader.num_workers = 1  # epoch 1 with 1 worker: it gets 2 of the 4 free slots, the other 2 are unmapped
+    got = []
+    for batch in loader:
+        assert len(loader._slots.slots) == 2
+        got.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+        del batch
+    assert_same_batches(got, expected[1])
