@@ -66,8 +66,10 @@ def _timed(fn: Callable[[T], R], item: T) -> tuple[R, tuple[int, float, float, f
 
 
 class Executor(Protocol):
+    """A backend may also have `usage: TaskUsage` (what its tasks cost, where they ran): the job's
+    phase profile reads it where present (the local backends have it; Ray does not account)."""
+
     workers: int  # tasks that run at once: the job sizes its batches of episodes by it
-    usage: TaskUsage  # what the tasks so far cost, where they ran (see TaskUsage)
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
 
