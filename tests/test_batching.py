@@ -230,3 +230,17 @@ def test_surplus_free_slots_are_unmapped_at_the_next_pass(out: Path, monkeypatch
         got.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
         del batch
     assert_same_batches(got, expected[1])
+
+
+def test_npz_layout_takes_the_batch_path_with_the_same_batches(tmp_path: Path) -> None:
+    """A `shard.layout=npz` export: its packed arrays reach Collate as RawArrays too, same batches."""
+    npz = export_synthetic(tmp_path, 3, 4, "--stride", "3", "--set", "shard.max_samples=16",
+                           "--set", "exclude=[overview]", "--set", "shard.layout=npz")
+    ds = ShardDataset(npz, "train", seed=3, block=8, collate_fn=collate)
+    from robowds.reader.source import ShardSource
+    ids = ds.sequence().tolist()
+    raw = list(ds._samples(ShardSource(ds.base, shards=ds.shards), iter(ids), raw=True))
+    assert sum(isinstance(v, RawArray) for s in raw for v in s.values()) >= 4 * (len(ids) - 2)
+    expected = batches(npz, PerSample(), 0)
+    for workers in (0, 2):
+        assert_same_batches(batches(npz, collate, workers), expected)
