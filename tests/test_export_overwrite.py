@@ -283,7 +283,7 @@ def test_sigkill_during_overwrite_at_random_moments(tmp_path: Path) -> None:
     work = time.perf_counter() - began - start_up
     reference, old_tree, rng = tree_bytes(timing), tree_bytes(old), random.Random(7)
     interrupted = attempt = 0
-    while attempt < 4 or (interrupted < 6 and attempt < 10):
+    while attempt < 4 or (interrupted < 6 and attempt < 14):  # under load fewer kills land in time
         out = tmp_path / f"killed{attempt}"
         user = copy_old(old, out, USER_FILES)
         attempt += 1
