@@ -303,3 +303,30 @@ def test_partial_upload_of_another_config_is_replaced_without_overwrite(
     got = remote_tree(proxy, "part")  # train/shard-000004.tar of the other config is gone
     assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
 
+
+
+def test_verify_and_inspect_read_an_export_at_a_url(store: Path, s3: tuple[FaultProxy, dict[str, Any]],
+                                                    same: tuple[Path, list[str]],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify s3://... --store` checks every shard and recomputes windows from the store, like a local
+    folder; a flipped byte in one shard object is reported by name; `inspect` prints a window."""
+    proxy, options = s3
+    opts = ["--storage-options", json.dumps(options)]
+    capsys.readouterr()
+    assert main(["verify", "s3://robots/same", "--store", str(store), "--json", *opts]) == 0
+    good = json.loads(capsys.readouterr().out)
+    assert (good["ok"], good["shards"], good["samples"], good["recomputed"], good["failures"]) == (True, 5, 36, 36, [])  # 32 per split, at most: all 28 + 8
+    client = moto_client(proxy)
+    tree = remote_tree(proxy, "same")
+    shard = sorted(k for k in tree if k.endswith(".tar"))[1]
+    for rel, data in tree.items():
+        if rel == shard:
+            data = data[:1000] + bytes([data[1000] ^ 1]) + data[1001:]
+        client.put_object(Bucket=BUCKET, Key=f"damaged/{rel}", Body=data)
+    assert main(["verify", "s3://robots/damaged", "--json", *opts]) == 1
+    bad = json.loads(capsys.readouterr().out)
+    assert bad["failures"] == [f"shard {shard}: sha256 does not match the manifest"]
+    assert main(["inspect", "s3://robots/same", "--split", "val", *opts]) == 0
+    assert capsys.readouterr().out.startswith("key ep_")
+    assert main(["verify", "s3://robots/nothing-here", *opts]) == 2
+    assert "s3://robots/nothing-here has no manifest.json" in capsys.readouterr().err

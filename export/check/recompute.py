@@ -6,7 +6,6 @@ that does not come out byte-identical means the store changed, or the shard did.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,10 +17,11 @@ from robowds.export.job.build import EpisodeWindows, build_episode
 from robowds.export.job.config import DEFAULTS, STREAM_KEYS
 from robowds.export.job.spec import resolve
 from robowds.export.store.episodes import EpisodeLoader
+from robowds.export.store.location import StoreLocation
 from robowds.export.store.schema import fingerprint
 from robowds.reader.format import read_sample
 from robowds.reader.npz import unpack
-from robowds.reader.manifest import read_local_index, shards_of
+from robowds.reader.manifest import shard_index, shards_of
 
 
 def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: int, seed: int,
+def recompute_windows(out: StoreLocation, manifest: dict[str, Any], store: StoreLocation, count: int, seed: int,
                       result: VerifyResult, progress: bool = False) -> None:
     """`progress`: a bar on stderr over the picked windows, moving as each is rebuilt (building an
     episode's windows is most of verify --store's time, so a per-shard bar alone sat still)."""
@@ -55,9 +55,9 @@ def recompute_windows(out: Path, manifest: dict[str, Any], store: Path, count: i
         for flat in sorted(chosen.tolist()):
             i = int(np.searchsorted(bounds, flat, side="right") - 1)
             shard = shards[i]
-            offsets = read_local_index(out, shard)  # [samples + 1]; verify checked it before
+            offsets = shard_index(shard, out.read_bytes)  # [samples + 1]; verify checked it before
             start, stop = int(offsets[flat - int(bounds[i])]), int(offsets[flat - int(bounds[i]) + 1])
-            with open(out / shard.path, "rb") as fh:
+            with out.open(shard.path) as fh:
                 fh.seek(start)
                 blob = fh.read(stop - start)
             key = read_sample(blob, shard.path, start)[0]

@@ -20,9 +20,11 @@ from PIL import Image
 from tqdm import tqdm
 
 from robowds.export.check.result import VerifyResult
+from robowds.export.errors import UserError
 from robowds.export.job.publish import load_finished_manifest
+from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
-from robowds.reader.manifest import ShardIndexError, ShardInfo, read_local_index, shards_of, split_layout
+from robowds.reader.manifest import ShardIndexError, ShardInfo, shard_index, shards_of, split_layout
 from robowds.reader.npz import PACKED, pack, unpack
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
@@ -130,22 +132,21 @@ def unpacked(members: dict[str, memoryview], layout: str, where: str, offset: in
     return entries
 
 
-def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any], result: VerifyResult,
+def _check_shard(root: StoreLocation, split: str, shard: ShardInfo, schema: dict[str, Any], result: VerifyResult,
                  keys: set[str], layout: str = "members") -> None:
-    path = root / shard.path
     where = f"shard {shard.path}"
-    if not path.is_file():
+    if not root.is_file(shard.path):
         result.failures.append(f"{where}: missing")
         return
-    size = path.stat().st_size
+    size = root.size(shard.path)
     if size != shard.bytes:
         result.failures.append(f"{where}: {size} bytes, manifest says {shard.bytes}")
         return
-    data = path.read_bytes()
+    data = root.read_bytes(shard.path)
     if hashlib.sha256(data).hexdigest() != shard.sha256:
         result.failures.append(f"{where}: sha256 does not match the manifest")
     try:
-        index: list[int] | None = read_local_index(root, shard).tolist()  # [samples + 1]
+        index: list[int] | None = shard_index(shard, root.read_bytes).tolist()  # [samples + 1]
     except ShardIndexError as exc:  # missing, or not the file the manifest lists
         result.failures.append(str(exc))
         index = None
@@ -176,17 +177,23 @@ def _check_shard(root: Path, split: str, shard: ShardInfo, schema: dict[str, Any
     result.shards += 1
 
 
-def verify_export(out: Path, store: Path | None = None, check_windows: int = 32, seed: int = 0,
-                  progress: bool = True) -> VerifyResult:
-    out = Path(out)
-    manifest = load_finished_manifest(out)
+def verify_export(out: Path | str | StoreLocation, store: Path | str | StoreLocation | None = None,
+                  check_windows: int = 32, seed: int = 0, progress: bool = True) -> VerifyResult:
+    """Check every shard of the export in `out` against its manifest and, with `store`, recompute
+    `check_windows` random windows from it. Both may be folders or fsspec URLs (`StoreLocation`s with
+    their storage options); each shard is read whole once (its sha256)."""
+    root = store_location(out)
+    manifest = load_finished_manifest(root)
     result = VerifyResult()
     keys: set[str] = set()
     jobs = [(split, shard) for split in sorted(manifest["splits"]) for shard in shards_of(manifest, split)]
-    for split, shard in tqdm(jobs, desc="verify", unit="shard", disable=not progress):
-        _check_shard(out, split, shard, manifest["schema"], result, keys, split_layout(manifest, split))
-    if store is not None and result.ok:
-        from robowds.export.check.recompute import recompute_windows
+    try:
+        for split, shard in tqdm(jobs, desc="verify", unit="shard", disable=not progress):
+            _check_shard(root, split, shard, manifest["schema"], result, keys, split_layout(manifest, split))
+        if store is not None and result.ok:
+            from robowds.export.check.recompute import recompute_windows
 
-        recompute_windows(out, manifest, Path(store), check_windows, seed, result, progress=progress)
+            recompute_windows(root, manifest, store_location(store), check_windows, seed, result, progress=progress)
+    except RemoteStoreError as exc:  # the export or the store cannot be read (access, network)
+        raise UserError(str(exc), hint=exc.hint) from exc
     return result

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from robowds.export.cli.storage import add_storage_options_argument, storage_options
 from robowds.export.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="print one window, or draw it (--png)")
-    p.add_argument("out", type=Path, help="export folder (holds manifest.json)")
+    p.add_argument("out", help="export folder or fsspec URL, e.g. s3://bucket/out (holds manifest.json)")
     p.add_argument("--split", default="train", help="split to take the window from")
     p.add_argument("--key", help="sample key, e.g. ep_0003_000042")
     p.add_argument("--index", type=int, help="the N-th sample of the split in shard order (default 0)")
@@ -18,11 +19,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", type=Path, help="draw --count random windows into this folder (<key>.png each)")
     p.add_argument("--count", type=int, default=8, help="windows to draw with --out-dir")
     p.add_argument("--seed", type=int, default=0, help="which random windows --out-dir draws")
+    add_storage_options_argument(p)
     p.set_defaults(fn=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from robowds.export.cli.inspect_window import load_window, random_windows, render_png, summary
+    from robowds.export.store.location import store_location
+
+    args.out = store_location(args.out, storage_options(args))
 
     if args.out_dir is not None:
         if args.count < 1:

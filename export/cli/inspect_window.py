@@ -13,15 +13,17 @@ import numpy as np
 
 from robowds.export.errors import UserError
 from robowds.export.job.publish import load_finished_manifest
+from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.decode import decode_sample
 from robowds.reader.format import read_sample
 from robowds.reader.npz import unpack
-from robowds.reader.manifest import ManifestError, ShardIndexError, read_local_index, shards_of
+from robowds.reader.manifest import ManifestError, ShardIndexError, shard_index, shards_of
 
 
-def load_window(out: Path, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_window(out: Path | str | StoreLocation, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(manifest, decoded sample) for a key, or for the index-th sample of the split in shard order."""
-    manifest = load_finished_manifest(Path(out))
+    out = store_location(out)
+    manifest = load_finished_manifest(out)
     try:
         shards = shards_of(manifest, split)
     except ManifestError as exc:
@@ -32,9 +34,11 @@ def load_window(out: Path, split: str, key: str | None, index: int | None) -> tu
         if index is not None and not seen <= index < seen + shard.samples:  # not this shard: not read at all
             seen += shard.samples
             continue
-        data = (Path(out) / shard.path).read_bytes()
         try:
-            offsets = read_local_index(out, shard).tolist()  # [samples + 1]
+            data = out.read_bytes(shard.path)
+            offsets = shard_index(shard, out.read_bytes).tolist()  # [samples + 1]
+        except RemoteStoreError as exc:
+            raise UserError(str(exc), hint=exc.hint) from exc
         except ShardIndexError as exc:  # missing, or not the one the manifest lists
             raise UserError(exc.problem, hint=exc.fix) from exc
         for i in range(shard.samples):
@@ -157,9 +161,9 @@ def render_png(manifest: dict[str, Any], sample: dict[str, Any], png: Path) -> N
     plt.close(fig)
 
 
-def random_windows(out: Path, split: str, count: int, seed: int) -> list[int]:
+def random_windows(out: Path | str | StoreLocation, split: str, count: int, seed: int) -> list[int]:
     """`count` distinct sample indices of the split, drawn with `seed` (all of them if it has fewer)."""
-    manifest = load_finished_manifest(Path(out))
+    manifest = load_finished_manifest(out)
     total = sum(s.samples for s in shards_of(manifest, split))
     if not total:
         raise UserError(f"split {split!r} has no samples", hint="pick another --split")

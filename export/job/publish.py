@@ -26,7 +26,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from robowds.export.errors import UserError
 from robowds.export.job.energon import FILES as ENERGON_FILES
@@ -34,6 +34,9 @@ from robowds.export.job.energon import NV_META, energon_files
 from robowds.export.job.fsio import fsync_dir, fsync_write
 from robowds.reader.manifest import (MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest, safe_relative,
                                      shards_of)
+
+if TYPE_CHECKING:
+    from robowds.export.store.location import StoreLocation
 
 READY = "ready"  # in the work folder: the new export's files, at their paths relative to OUT
 JOURNAL = "publish.json"  # in the work folder: {"place": [path, ...], "remove": [path, ...]}
@@ -54,14 +57,22 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
                         ) from exc
 
 
-def load_finished_manifest(out: Path) -> dict[str, Any]:
-    """The manifest of a finished export in `out`, for the commands that read one (verify, inspect):
-    a missing, damaged or foreign manifest is one UserError with the fix."""
-    path = Path(out) / MANIFEST_NAME
-    if not path.is_file():
-        raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
+def load_finished_manifest(out: "Path | str | StoreLocation") -> dict[str, Any]:
+    """The manifest of a finished export in `out` (a folder, or an fsspec URL as a `StoreLocation`), for
+    the commands that read one (verify, inspect): a missing, damaged or foreign manifest, or an export
+    in object storage that cannot be read, is one UserError with the fix."""
+    from robowds.export.store.location import RemoteStoreError, store_location
+
+    location = store_location(out)
+    path = location.join(MANIFEST_NAME)
     try:
-        return parse_manifest(path.read_bytes(), str(path))
+        if not location.is_file(MANIFEST_NAME):
+            raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
+        data = location.read_bytes(MANIFEST_NAME)
+    except RemoteStoreError as exc:
+        raise UserError(str(exc), hint=exc.hint) from exc
+    try:
+        return parse_manifest(data, path)
     except ManifestError as exc:
         raise UserError(str(exc), hint="the manifest is not as robowds wrote it (edited or damaged): "
                         "export again into a new folder") from exc
