@@ -18,10 +18,13 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
+
+from robowds.export.errors import UserError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -157,7 +160,14 @@ class ProcessExecutor:
                 yield self._result(future)
 
     def _result(self, future: Future[tuple[R, tuple[int, float, float, float]]]) -> R:
-        result, timing = future.result()
+        try:
+            result, timing = future.result()
+        except BrokenProcessPool as exc:  # a worker died mid-task (OOM killer, SIGKILL, a crash in C code)
+            raise UserError("a worker process of the pool died while running a task (killed by the system, "
+                            "e.g. out of memory, or crashed); nothing finished is lost",
+                            hint="re-run the same command: it resumes from the steps already finished; a worker "
+                                 "that keeps dying is usually out of memory (check `dmesg`), so try fewer "
+                                 "--workers") from exc
         self.usage.add(*timing)
         return result
 
