@@ -10,7 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,29 +19,15 @@ import torch
 from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.source import ShardReadError
 
-from exports import export_synthetic
 from offsets import shard_offsets
-from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
+from fault_proxy import FaultProxy, moto_client
+from remote_export import exported, s3  # noqa: F401 (fixtures)
 
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
 pytest.importorskip("s3fs")
 
 FAST = RetryPolicy(attempts=6, backoff_s=0.01, max_backoff_s=0.05, timeout_s=1.0)  # short waits in tests
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_synthetic(tmp_path_factory.mktemp("remote"), 3, 2, "--stride", "8",  # shards of 8 samples:
-                            "--set", "shard.max_samples=8", "--set", "shard.min_shards=1",
-                            "--set", "exclude=[overview]")
-
-
-@pytest.fixture(scope="module")
-def s3(exported: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
-    """(proxy, storage_options reaching moto through it); the shards uploaded as s3://robots/ds/."""
-    with s3_behind_proxy({"ds": exported}) as (proxy, options):
-        yield proxy, options
 
 
 URL = "s3://robots/ds/manifest.json"
