@@ -237,21 +237,10 @@ def x264_clip(pair: list[Any], preset: str, tune: str, crf: int) -> bytes:
     export does not offer libx264 (not byte-reproducible on real frames, docs/video-and-images.md)."""
     from fractions import Fraction
 
-    import av
+    from robowds.export.media.clips import mux_frames
 
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4", options={"fflags": "+bitexact"}) as container:
-        stream: Any = container.add_stream("libx264", rate=Fraction(FPS), options={
-            "flags": "+bitexact", "preset": preset, "tune": tune, "crf": str(crf), "x264-params": "log=-1"})
-        stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
-        stream.thread_count = 1
-        for i, frame in enumerate(pair):
-            frame.pts = i
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return buf.getvalue()
+    return mux_frames(pair, "libx264", Fraction(FPS), {"preset": preset, "tune": tune, "crf": str(crf),
+                                                       "x264-params": "log=-1"})
 
 
 def x264_rows(video: Path, count: int = 120) -> list[tuple[str, float, float, float, float]]:

@@ -55,15 +55,20 @@ def encode_clip(frames: Sequence[Any], rate_hz: float, encoding: str) -> bytes:
     """yuv420p VideoFrames [n] of one size (`to_yuv420p`) -> mp4 bytes in `encoding` ("mp4" or "av1");
     frame i has pts i at time base 1/rate. The frames are only read, so one frame object may be
     passed for several steps and reused by later clips."""
+    codec, options, bit_rate = _clip_settings(encoding, frames[0].width, frames[0].height, rate_hz)
+    return mux_frames(frames, codec, Fraction(rate_hz).limit_denominator(1000), options, bit_rate)
+
+
+def mux_frames(frames: Sequence[Any], codec: str, rate: Fraction, options: dict[str, str],
+               bit_rate: int | None = None) -> bytes:
+    """yuv420p VideoFrames [n] encoded by `codec` (one thread, bitexact flags) into an mp4 in memory,
+    frame i at pts i (time base 1/rate)."""
     import av
 
-    width, height = frames[0].width, frames[0].height
-    codec, options, bit_rate = _clip_settings(encoding, width, height, rate_hz)
-    rate = Fraction(rate_hz).limit_denominator(1000)
     buf = io.BytesIO()
     with av.open(buf, "w", format="mp4", options={"fflags": "+bitexact"}) as container:
         stream: Any = container.add_stream(codec, rate=rate, options={"flags": "+bitexact", **options})
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
         stream.thread_count = 1
         if bit_rate is not None:
             stream.bit_rate = bit_rate
