@@ -114,3 +114,34 @@ def test_a_pool_worker_killed_mid_task_is_one_message_and_a_rerun_finishes(tmp_p
     subprocess.run(export_cmd(store, out), check=True, env=ENV)
     subprocess.run(export_cmd(store, tmp_path / "ref"), check=True, env=ENV)
     assert tree_bytes(out) == tree_bytes(tmp_path / "ref")
+
+
+def _worker_threads(_: int) -> tuple[str | None, int]:
+    import numpy  # noqa: F401 (loads OpenBLAS, which starts its threads here)
+
+    threads = next(line for line in open("/proc/self/status") if line.startswith("Threads:"))
+    return os.environ.get("OPENBLAS_NUM_THREADS"), int(threads.split()[1])
+
+
+def test_pool_workers_run_one_blas_thread_each() -> None:
+    """numpy's OpenBLAS would start a spinning thread per core in every worker (1.45 s of CPU each on a
+    16-core host); the pool's initializer limits it before numpy loads: a worker of our pool runs
+    fewer threads than one of a plain forkserver pool, although it also runs the watch on the main
+    process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from robowds.export.job.executor import ProcessExecutor
+
+    if (os.cpu_count() or 1) < 2 or "OPENBLAS_NUM_THREADS" in os.environ:
+        pytest.skip("OpenBLAS starts no extra thread here")
+    executor = ProcessExecutor(2)
+    try:
+        ours = list(executor.map_unordered(_worker_threads, range(2)))
+    finally:
+        executor.close()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        plain = pool.submit(_worker_threads, 0).result()
+    assert plain[0] is None and {env for env, _ in ours} == {"1"}
+    watch = 1
+    assert {threads for _, threads in ours} == {plain[1] - (os.cpu_count() - 1) + watch}, (ours, plain)

@@ -14,17 +14,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
-import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from robowds.export.errors import UserError
+from robowds.export.worker_start import start_worker
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -108,33 +107,11 @@ class InlineExecutor:
         pass
 
 
-def _exit_with_parent(lifeline: Connection) -> None:
-    """Pool initializer: end this worker as soon as the process that started the pool is gone.
-
-    Why a pipe and not the parent's pid: a forkserver worker's parent is the forkserver, not the main
-    process, and the forkserver itself waits for its workers before it exits (they hold its "alive"
-    pipe), so without this a SIGKILLed export left the forkserver, the resource tracker and every
-    worker running for as long as their current task (minutes on a long episode), still writing
-    staging files. Only the main process holds the write end of `lifeline`, so reading the read end
-    returns EOF exactly when it exits, however it dies (also as an unreaped zombie, and with no pid
-    reuse to fool it). `PR_SET_PDEATHSIG` would not help here: it watches the forkserver. Once the
-    workers are gone, the forkserver and the resource tracker see EOF on their own pipes and exit.
-    """
-    def watch() -> None:
-        try:
-            lifeline.recv_bytes()  # nothing is ever sent: returns only by EOF (or an error)
-        except (EOFError, OSError):
-            pass
-        os._exit(1)  # not sys.exit: the main thread may be deep in a task; staging is resumable
-
-    threading.Thread(target=watch, name="robowds-parent-watch", daemon=True).start()
-
-
 class ProcessExecutor:
     """A local process pool. Workers start from a fresh interpreter (forkserver), not a fork of a
     process that already runs pyarrow's threads. At most 2 x workers tasks are in flight, so a huge
     task list is never materialised as futures. Workers exit when this process dies (see
-    `_exit_with_parent`)."""
+    `exit_with_parent`) and run one BLAS thread each (`robowds.export.worker_start`)."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -144,7 +121,7 @@ class ProcessExecutor:
         # end stays here only: the forkserver and resource tracker get explicit fds, never this one
         self._lifeline, self._keepalive = context.Pipe(duplex=False)
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                         initializer=_exit_with_parent, initargs=(self._lifeline,))
+                                         initializer=start_worker, initargs=(self._lifeline,))
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         pending: set[Future[tuple[R, Any]]] = set()
