@@ -181,32 +181,47 @@ def test_pin_memory_and_resume_with_reused_slots(out: Path) -> None:
 
 
 def test_the_next_pass_reuses_released_slots_and_keeps_held_ones(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A second epoch's workers get the slots the first epoch's batches released (no storage crosses
-    again), never one whose batch the trainer still holds."""
+    """A second epoch's workers get the slots the first epoch's batches released, whose storage never
+    crosses again, and never a slot whose batch the trainer still holds. How many slots the first epoch
+    makes depends on timing (how soon the trainer's releases reach the workers), so the test reads
+    which slots the main process gave out rather than assuming a number."""
     import robowds.reader.batching as batching
 
-    crossed: list[bool] = []  # per batch opened: whether its slot's storage crossed with it
-    original = batching.SlotReceiver.open
+    opened: list[tuple[tuple, bool]] = []  # per batch opened: (its slot, whether its storage crossed with it)
+    given: list[set[tuple]] = []  # per pass: the free slots the main process gave its workers
+    original_open, original_start = batching.SlotReceiver.open, batching.SlotReceiver.start
 
     def counting(self: batching.SlotReceiver, batch: batching.SlotBatch) -> dict:
-        crossed.append(batch.storage is not None)
-        return original(self, batch)
+        opened.append((batch.slot, batch.storage is not None))
+        return original_open(self, batch)
+
+    def recording(self: batching.SlotReceiver, workers: int) -> batching.SlotSpec:
+        spec = original_start(self, workers)
+        given.append({slot for per_worker in spec.given for slot, _ in per_worker})
+        return spec
 
     monkeypatch.setattr(batching.SlotReceiver, "open", counting)
+    monkeypatch.setattr(batching.SlotReceiver, "start", recording)
     reference = ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, collate_fn=PerSample())
     expected = [list(reference), list(reference)]  # epochs 0 and 1
     loader = ShardLoader(ShardDataset(out, "train", seed=3, block=8), batch_size=BATCH, num_workers=2)
-    held = []
+    held, slots = [], []
     for epoch in (0, 1):
-        crossed.clear()
+        opened.clear()
         for i, batch in enumerate(loader):
             assert_same_batches([batch, batch], [expected[epoch][i], expected[epoch][i]])
             if epoch == 0 and i >= len(expected[0]) - 2:
                 held.append(batch)  # the trainer keeps the epoch's last two batches
             del batch
-        assert len(crossed) == len(expected[epoch])
-        if epoch == 1:
-            assert not any(crossed[:4])  # the first batches reuse slots given by the main process
+        assert len(opened) == len(expected[epoch])
+        slots.append(list(opened))
+    made = {slot for slot, _ in slots[0]}
+    held_slots = {slot for slot, _ in slots[0][-2:]}
+    assert given[1] == made - held_slots  # every released slot of epoch 0 is given out, no held one
+    used = [(slot, crossed) for slot, crossed in slots[1] if slot in made]
+    assert not {slot for slot, _ in slots[1]} & held_slots  # a held batch's memory is never written
+    assert all(not crossed for _, crossed in used)  # a given slot's storage does not cross again
+    assert bool(used) == bool(given[1])  # and the workers use what they were given
     assert_same_batches(held, expected[0][-2:])
 
 
