@@ -60,6 +60,17 @@ def assert_same(field: str, theirs: Any, mine: Any) -> None:
         assert theirs == mine, field
 
 
+def assert_sample_is_ours(sample: dict[str, Any], mine: dict[str, dict[str, Any]]) -> None:
+    """`sample` from another reader (members named `<field>.<ext>`, wids' with a leading dot) holds
+    exactly our sample's fields, each value equal to ours."""
+    expected = mine[sample["__key__"]]
+    members = {k: v for k, v in sample.items() if not k.startswith("__")}
+    field = {k: k.lstrip(".").split(".", 1)[0] for k in members}
+    assert sorted(field.values()) == sorted(k for k in expected if k != "__key__")
+    for name, value in members.items():
+        assert_same(name, value, expected[field[name]])
+
+
 def test_camera_window_is_jpegs_in_msgpack(camera_out: Path) -> None:
     """The premise: the member is a msgpack list of JPEGs that other tools do not decode by themselves;
     decoded independently (msgpack + PIL per frame) it is the window our reader gives."""
@@ -90,11 +101,7 @@ def test_webdataset_decode_handler(which: str, camera_out: Path, synth_out: Path
         theirs = list(wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode(wds_decoder, "rgb8"))
     assert sorted(s["__key__"] for s in theirs) == sorted(mine)
     for sample in theirs:
-        expected = mine[sample["__key__"]]
-        members = {k: v for k, v in sample.items() if not k.startswith("__")}
-        assert sorted(k.split(".", 1)[0] for k in members) == sorted(k for k in expected if k != "__key__")
-        for name, value in members.items():
-            assert_same(name, value, expected[name.split(".", 1)[0]])
+        assert_sample_is_ours(sample, mine)
     if which == "camera":
         assert theirs[0]["cam.jpgs.msgpack"].shape == (4, 48, 64, 3)
 
@@ -111,12 +118,7 @@ def test_wids_transform(which: str, camera_out: Path, synth_out: Path, tmp_path:
                                    cache_dir=str(tmp_path))
     assert len(ds) == len(mine)
     for i in range(len(ds)):
-        sample = ds[i]
-        expected = mine[sample["__key__"]]
-        members = {k: v for k, v in sample.items() if not k.startswith("__")}
-        assert sorted(k.lstrip(".").split(".", 1)[0] for k in members) == sorted(k for k in expected if k != "__key__")
-        for name, value in members.items():
-            assert_same(name, value, expected[name.lstrip(".").split(".", 1)[0]])
+        assert_sample_is_ours(ds[i], mine)
 
 
 def test_decode_members_never_unpickles() -> None:
@@ -156,10 +158,6 @@ def test_hugging_face_datasets_transform(which: str, camera_out: Path, synth_out
     mine = ours(out)
     assert sorted(ds["__key__"]) == sorted(mine)
     for row in ds:
-        expected = mine[row["__key__"]]
-        members = {k: v for k, v in row.items() if not k.startswith("__")}
-        assert sorted(k.split(".", 1)[0] for k in members) == sorted(k for k in expected if k != "__key__")
-        for name, value in members.items():
-            assert_same(name, value, expected[name.split(".", 1)[0]])
+        assert_sample_is_ours(row, mine)
     if which == "camera":
         assert ds[0]["cam.jpgs.msgpack"].shape == (4, 48, 64, 3)
