@@ -18,7 +18,9 @@ The rules that make it safe, with only the file system for coordination (no regi
   recently used shards are deleted until the shards present, the downloads in flight (counted at their
   full size) and the new one fit `limit_bytes`. If they cannot (the other downloads alone fill it), the
   download waits for them to land; if nothing else is left, the new shard lands anyway. So the folder
-  exceeds the limit by at most the one shard landing. Use is recorded by setting the file's
+  exceeds the limit by at most the one shard landing. Every change to what is counted (a download
+  created, published by rename, or evicted) happens under that lock, so a scan there is exact; a
+  scan racing a rename can miss the file under both names. Use is recorded by setting the file's
   modification time on every open (access times are unreliable under `relatime`/`noatime`).
 - A temporary file whose owner died (its `flock` can be taken) is removed; so are evicted shards'
   lock files. Nothing else: only names matching these patterns are ever deleted, never files this
@@ -114,7 +116,11 @@ class ShardCache:
                 raise ShardCacheError(f"the downloaded copy does not match the manifest ({done} bytes, sha256 "
                                       f"{digest.hexdigest()[:16]}..., expected {size} bytes, {sha256[:16]}...)")
             os.fsync(fd)
-            os.rename(part, final)  # published whole: readers open only this name
+            # Under the folder lock: a scan there must not list the temporary name and then miss both
+            # names (stat after the rename fails, and listdir already passed the new one), or it would
+            # count this shard as absent and admit one more (CI drew that: the folder ended over its limit).
+            with _flock(os.path.join(self.folder, FOLDER_LOCK)):
+                os.rename(part, final)  # published whole: readers open only this name
             _fsync_folder(self.folder)
             os.utime(fd)
             return os.fdopen(fd, "rb")  # our flock on it goes when the caller closes it

@@ -153,3 +153,36 @@ def test_local_exports_are_read_in_place(exported: Path, local: list[Any], tmp_p
     assert not (tmp_path / "unused").exists()
     with pytest.raises(ValueError, match="cache_limit_bytes must be >= 0"):
         ShardDataset(exported, "train", cache_dir=tmp_path, cache_limit_bytes=-1)
+
+
+def test_a_download_publishes_only_under_the_folder_lock(tmp_path: Path) -> None:
+    """The rename from the temporary name to the published one waits for the folder lock, which every
+    scan that makes room holds: a scan racing the rename could otherwise list the temporary name, find
+    it gone at stat, and count the shard under neither name (CI drew a folder over its limit that way)."""
+    import hashlib
+    import threading
+
+    data = bytes(range(256)) * 40
+    sha = hashlib.sha256(data).hexdigest()
+    cache = ShardCache(str(tmp_path), 10 * len(data))
+    downloading, locked = threading.Event(), threading.Event()
+
+    def download(start: int, stop: int) -> bytes:
+        downloading.set()
+        assert locked.wait(5)
+        return data[start:stop]
+
+    opened: list[bytes] = []
+    fd = os.open(tmp_path / "robowds-cache.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        worker = threading.Thread(target=lambda: opened.append(cache.open(sha, len(data), download).read()))
+        worker.start()
+        assert downloading.wait(5)  # its room is reserved; now the test holds the folder lock
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        locked.set()
+        worker.join(0.5)
+        assert worker.is_alive() and not Path(cache.path(sha)).exists()  # the download waits to publish
+    finally:
+        os.close(fd)
+    worker.join(5)
+    assert opened == [data] and Path(cache.path(sha)).read_bytes() == data
