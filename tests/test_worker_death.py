@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -94,6 +95,51 @@ def test_a_pool_worker_that_dies_mid_task_is_one_message_with_its_fix() -> None:
         executor.close()
     assert caught.value.message.startswith("a worker process of the pool died while running a task")
     assert caught.value.hint.startswith("re-run the same command: it resumes from the steps already finished")
+
+
+def _die_on_zero(i: int) -> int:
+    if i == 0:
+        os._exit(1)
+    return i
+
+
+def test_a_task_submitted_after_a_worker_died_is_the_same_message() -> None:
+    """The pool breaks between two submissions (the task list is a slow generator, as the export's
+    batches are): the next `submit` raises BrokenProcessPool itself, not through a future. That is
+    the same UserError, not a traceback; and close() returns with every worker gone."""
+    from robowds.export.errors import UserError
+    from robowds.export.job.executor import ProcessExecutor
+
+    executor = ProcessExecutor(2)
+
+    def items() -> Iterator[int]:
+        yield 0
+        deadline = time.monotonic() + 60
+        while not executor._pool._broken:  # CPython's own flag: its manager thread saw the death
+            assert time.monotonic() < deadline, "the pool never noticed its dead worker"
+            time.sleep(0.01)
+        yield 1
+
+    try:
+        with pytest.raises(UserError) as caught:
+            list(executor.map_unordered(_die_on_zero, items()))
+    finally:
+        executor.close()
+    assert caught.value.message.startswith("a worker process of the pool died while running a task")
+    assert not alive(forkserver_children()), "a worker outlived close()"
+
+
+def forkserver_children() -> list[psutil.Process]:
+    """This process's pool workers: children of its forkserver."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            parent = proc.parent()
+            if parent is not None and parent.pid != os.getpid() and "forkserver" in " ".join(parent.cmdline()):
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return found
 
 
 def _worker_threads(_: int) -> tuple[str | None, int]:

@@ -116,6 +116,7 @@ class ProcessExecutor:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.usage = TaskUsage()
+        self._broken = False  # a worker died: close() ends the others instead of waiting for them
         context = multiprocessing.get_context("forkserver")
         # the read end goes to every worker (duplicated into it by the forkserver at start); the write
         # end stays here only: the forkserver and resource tracker get explicit fds, never this one
@@ -130,23 +131,32 @@ class ProcessExecutor:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield self._result(future)
-            pending.add(self._pool.submit(_timed, fn, item))
+            pending.add(self._submit(fn, item))
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 yield self._result(future)
 
+    def _submit(self, fn: Callable[[T], R], item: T) -> Future[tuple[R, tuple[int, float, float, float]]]:
+        try:
+            return self._pool.submit(_timed, fn, item)
+        except BrokenProcessPool as exc:  # the pool broke before this task: the same message
+            raise self._died() from exc
+
     def _result(self, future: Future[tuple[R, tuple[int, float, float, float]]]) -> R:
         try:
             result, timing = future.result()
         except BrokenProcessPool as exc:  # a worker died mid-task (OOM killer, SIGKILL, a crash in C code)
-            raise UserError("a worker process of the pool died while running a task (killed by the system, "
-                            "e.g. out of memory, or crashed); nothing finished is lost",
-                            hint="re-run the same command: it resumes from the steps already finished; a worker "
-                                 "that keeps dying is usually out of memory (check `dmesg`), so try fewer "
-                                 "--workers") from exc
+            raise self._died() from exc
         self.usage.add(*timing)
         return result
+
+    def _died(self) -> UserError:
+        self._broken = True
+        return UserError("a worker process of the pool died while running a task (killed by the system, "
+                         "e.g. out of memory, or crashed); nothing finished is lost",
+                         hint="re-run the same command: it resumes from the steps already finished; a worker "
+                              "that keeps dying is usually out of memory (check `dmesg`), so try fewer --workers")
 
     def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """Results in task order, with at most 2 x workers tasks in flight: a slow task holds back the
@@ -155,7 +165,7 @@ class ProcessExecutor:
         for item in items:
             if len(pending) >= 2 * self.workers:
                 yield self._result(pending.popleft())
-            pending.append(self._pool.submit(_timed, fn, item))
+            pending.append(self._submit(fn, item))
         while pending:
             yield self._result(pending.popleft())
 
@@ -163,6 +173,13 @@ class ProcessExecutor:
         pass  # workers on this machine see its file system
 
     def close(self) -> None:
+        if self._broken:
+            # Every worker ends now (see exit_with_parent). Without this a broken pool's shutdown could
+            # wait forever: CPython 3.11's manager thread terminates the workers it knows, sends stop
+            # sentinels to those alive, then joins every worker, including one that `submit` started
+            # meanwhile, which got neither (an export whose worker was SIGKILLed hung in `p.join()`
+            # 1 time in 12 here, and in CI).
+            self._keepalive.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._keepalive.close()  # after shutdown: closing it first would end workers mid-task
         self._lifeline.close()
