@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
@@ -21,6 +21,7 @@ SELECTION_MODES = ("nearest", "causal")
 # a camera lacking frames (holes, truncation) for more than this share of an episode's steps inside
 # its span makes the episode an error; any share at all is a warning in the report
 MISSING_FRAMES_LIMIT = 0.25
+PTS_MATCH = 5e-10  # s: a decoded frame's pts and the probe's are the same ticks x time base
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class VideoInfo:
     listed_frames: int = 0  # frames the container's index lists (0: it does not say); > len(pts): truncated
     declared_end: float | None = None  # end of the stream by the container's duration, file clock
     time_base: float = 0.0  # the container's pts unit in seconds (Matroska/webm: 1 ms)
+    # random access points, from the packets' key flags: where a decode may start (VideoWindows seeks
+    # to the last one before an episode's segment instead of decoding the file from its start)
+    keyframe_pts: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [K] float64 s, sorted
+    keyframe_ticks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [K] the same, in pts units
 
     @property
     def span_end(self) -> float:
@@ -42,6 +47,27 @@ class VideoInfo:
         if self.declared_end is None or len(self.pts) < 2:
             return last
         return max(last, self.declared_end - float(np.median(np.diff(self.pts))))
+
+    def index_of(self, t: float) -> int | None:
+        """The frame index whose pts is `t` (file seconds, as a decoded frame's pts x time base), or None."""
+        k = int(np.searchsorted(self.pts, t, side="right")) - 1  # the last of equal pts, as before
+        return k if k >= 0 and abs(self.pts[k] - t) <= PTS_MATCH else None
+
+    def seek_points(self, frame: int) -> list[tuple[int, int]]:
+        """(seek target in pts units, frame index) of the keyframes at or before frame `frame`, the
+        latest first; empty when that is the file's first frame or the file lists no keyframe."""
+        j = int(np.searchsorted(self.keyframe_pts, self.pts[frame] + PTS_MATCH, side="right"))
+        points = []
+        for t, ticks in zip(self.keyframe_pts[:j][::-1].tolist(), self.keyframe_ticks[:j][::-1].tolist()):
+            k = self.index_of(t)
+            if not k:  # the file's first frame (decode from the start) or a key packet without a frame
+                break
+            points.append((int(ticks), k))
+        return points
+
+    def is_keyframe(self, frame: int) -> bool:
+        j = int(np.searchsorted(self.keyframe_pts, self.pts[frame] - PTS_MATCH))
+        return j < len(self.keyframe_pts) and abs(self.keyframe_pts[j] - self.pts[frame]) <= PTS_MATCH
 
     @property
     def unreadable_frames(self) -> int:
@@ -63,6 +89,11 @@ class VideoInfo:
 
 class VideoError(ValueError):
     """A video that cannot be opened or has no decodable video stream."""
+
+
+class VideoReadError(VideoError):
+    """A video whose bytes cannot be read (object storage: access denied, connection lost): the file
+    may be fine, so the fix is access, not re-encoding."""
 
 
 class VideoSizeError(VideoError):
@@ -91,17 +122,49 @@ def open_container(source: Path | RangedFile) -> Iterator[Any]:
     try:
         fh = source.open()
     except OSError as exc:  # access denied, connection lost: the message names the URL
-        raise VideoError(f"{source.name} cannot be read: {exc}") from exc
+        raise VideoReadError(f"{source.name} cannot be read: {exc}") from exc
     with fh:
         try:
             with av.open(fh) as container:
                 yield container
         except OSError as exc:  # a ranged read failed for good (PyAV hands the file object's error on)
-            raise VideoError(f"{source.name} cannot be read: {exc}") from exc
+            raise VideoReadError(f"{source.name} cannot be read: {exc}") from exc
 
 
 def probe_video(path: Path | RangedFile) -> VideoInfo:
-    """Presentation timestamps of every frame, from the packets (demux only, no decode)."""
+    """Presentation timestamps of every frame and the keyframes, from the packets (demux only, no
+    decode). The last few probes of this process are kept (`_PROBES`): LeRobot v3 keeps hundreds of
+    episodes in one mp4, and each episode's export would otherwise demux the whole file again."""
+    key = _probe_key(path)
+    info = _PROBES.pop(key, None) if key is not None else None
+    if info is None:
+        info = _probe(path)
+    if key is not None:
+        _PROBES[key] = info  # most recent last
+        while len(_PROBES) > PROBES_KEPT:
+            del _PROBES[next(iter(_PROBES))]
+    return info
+
+
+# Per-process memo of probes, least recently used first: at most PROBES_KEPT videos, each 8 bytes per
+# frame plus 16 per keyframe (a 1M-frame file: ~8 MB). Keyed by path, size and mtime, so a file
+# rewritten in place is probed again; remote files by URL and size.
+PROBES_KEPT = 4
+_PROBES: dict[tuple[Any, ...], VideoInfo] = {}
+
+
+def _probe_key(path: Path | RangedFile) -> tuple[Any, ...] | None:
+    try:
+        if isinstance(path, (str, os.PathLike)):
+            st = os.stat(path)
+            return (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+        size = getattr(path, "size", None)
+        return (str(path), size()) if size is not None else None
+    except OSError:
+        return None  # probing says what is wrong with it
+
+
+def _probe(path: Path | RangedFile) -> VideoInfo:
     import av  # lazy: only stores with video need PyAV
 
     try:
@@ -110,18 +173,28 @@ def probe_video(path: Path | RangedFile) -> VideoInfo:
                 raise VideoError(f"{path.name} has no video stream")
             stream = container.streams.video[0]
             base = float(stream.time_base)
-            pts = [p.pts for p in container.demux(stream) if p.pts is not None and p.size > 0]
+            pts: list[int] = []
+            keys: list[int] = []  # pts of key packets
+            for p in container.demux(stream):
+                if p.pts is not None and p.size > 0:
+                    pts.append(p.pts)
+                    if p.is_keyframe:
+                        keys.append(p.pts)
             rate = stream.average_rate or stream.guessed_rate
             declared_end = (float((stream.start_time or 0) + stream.duration) * base
                             if stream.duration else None)
+            keys.sort()
             info = VideoInfo(np.sort(np.asarray(pts, dtype=np.float64) * base),
                              float(rate) if rate else None, stream.codec_context.width,
                              stream.codec_context.height, stream.codec_context.name,
-                             int(stream.frames or 0), declared_end, base)
+                             int(stream.frames or 0), declared_end, base,
+                             np.asarray(keys, dtype=np.float64) * base, np.asarray(keys, dtype=np.int64))
     except av.FFmpegError as exc:
         raise VideoError(f"{path.name} cannot be read as a video: {exc}") from exc
     if not len(info.pts):
         raise VideoError(f"{path.name} has no frames")
+    for array in (info.pts, info.keyframe_pts, info.keyframe_ticks):
+        array.flags.writeable = False  # shared by every episode of the file (the memo above)
     return info
 
 

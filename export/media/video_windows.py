@@ -33,6 +33,13 @@ MEMBER_EXT = {"raw": "npy", "jpg": "jpgs.msgpack", "mp4": "mp4", "mp4-intra": "m
 PAD = -1  # the frame index of a zero-padded step, for the per-frame member parts
 
 
+SEEK_TRIES = 3  # keyframes tried, latest first, before decoding from the file's start
+
+
+class _SeekMissed(Exception):
+    """The seek to a keyframe did not land on one at or before the wanted frame."""
+
+
 @dataclass(frozen=True)
 class VideoOptions:
     selection: str = "nearest"  # nearest | causal
@@ -71,6 +78,8 @@ class VideoWindows:
         self._yuv: Any = None  # one swscale context for rgb -> yuv420p (clip encodings)
         self._intra: IntraClips | None = None  # mp4-intra: the video's one encoder
         self.peak_frames = 0  # most decoded frames held at once: the memory bound, reported per camera
+        self.decoded_frames = 0  # frames the decoder produced (from the seek point on)
+        self.missed_seeks = 0  # seeks that did not land on a keyframe at or before the wanted frame
         self.span_steps = 0  # window steps inside the video's own span (see _count_missing)
         self.missing_steps = 0  # of those, steps with no frame: frames missing from the file
         try:
@@ -203,7 +212,26 @@ class VideoWindows:
         return self._converter.to_rgb(held)
 
     def _decode(self) -> Iterator[tuple[int, Any]]:
-        """Decoded frames in presentation order, numbered as in `info.pts` (single-threaded)."""
+        """Decoded frames in presentation order, numbered as in `info.pts` (single-threaded), from the
+        last keyframe before the first frame any window wants: an episode that is a late segment of a
+        long file (LeRobot v3) does not decode the episodes before it (scripts/bench_segments.py:
+        without the seek, 40 segments of one file exported 8.4x slower than 40 files).
+
+        Frames decoded from a keyframe are the frames a decode from the file's start gives (a keyframe
+        is a random access point; the frames before it in presentation order are never used). The seek
+        is checked: the first frame out must be a keyframe at or before the wanted one, else (a
+        container whose seek lands later, e.g. one that seeks by dts) the keyframe before is tried, and
+        after SEEK_TRIES the decode starts from the file's start."""
+        first = int(np.argmax(self._wanted)) if self._wanted.any() else self._lo
+        for seek in self.info.seek_points(first)[:SEEK_TRIES]:  # a seek that lands late: the keyframe before
+            try:
+                yield from self._decode_from(seek, first)
+                return
+            except _SeekMissed:
+                self.missed_seeks += 1
+        yield from self._decode_from(None, first)
+
+    def _decode_from(self, seek: tuple[int, int] | None, first: int) -> Iterator[tuple[int, Any]]:
         import av
 
         with open_container(self.path) as container:
@@ -211,14 +239,23 @@ class VideoWindows:
             stream.thread_type = "NONE"
             stream.codec_context.thread_count = 1  # libdav1d threads on its own unless told
             base = float(stream.time_base)
-            pts_index = {round(p, 9): k for k, p in enumerate(self.info.pts.tolist())}
             try:
+                if seek is not None:
+                    container.seek(seek[0], stream=stream, backward=True, any_frame=False)
+                checked = seek is None
                 for frame in container.decode(stream):
-                    k = pts_index.get(round(frame.pts * base, 9)) if frame.pts is not None else None
+                    k = self.info.index_of(frame.pts * base) if frame.pts is not None else None
                     if k is None:
                         continue
+                    if not checked:
+                        if k > first or not self.info.is_keyframe(k):
+                            raise _SeekMissed  # nothing yielded yet: the caller decodes from the start
+                        checked = True
+                    self.decoded_frames += 1
                     yield k, frame
             except av.FFmpegError as exc:
+                if not checked:
+                    raise _SeekMissed from exc
                 raise VideoError(f"{self.path.name}: decoding failed after frame {self._next - 1}: {exc}") from exc
 
     def encode(self, index: np.ndarray, valid: np.ndarray, rate_hz: float) -> tuple[str, bytes]:
