@@ -192,3 +192,4 @@ def test_a_video_that_cannot_be_read_fails_the_export_naming_episode_field_and_u
     for k in range(3):
         assert (f"episode 'ep_000{k}', field 'cam': video file 'media/cam/ep_000{k}.mp4': ep_000{k}.mp4 cannot be "
                 f"read: s3://robots/store/media/cam/ep_000{k}.mp4: access denied (HTTP 403 AccessDenied") in err, err
+    assert "fix: check the store's credentials and permissions" in err and "re-encode" not in err, err

@@ -22,7 +22,7 @@ from robowds.export.core.windows import (StreamWindow, anchor_frames, grid_frame
                                          valid_fraction)
 from robowds.export.errors import EpisodeError
 from robowds.export.job.sizes import source_bytes, window_bytes
-from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoSizeError
+from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoReadError, VideoSizeError
 from robowds.export.store.episodes import EpisodeData
 from robowds.reader.format import encode_npy, encode_sample, mask_field
 from robowds.reader.npz import laid_out
@@ -201,7 +201,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             try:
                 picks[name], masks[name] = camera.select(q, (start, camera_end))  # [W, n], [W, n]
             except VideoError as exc:
-                raise EpisodeError(data.episode_id, name, str(exc), hint="re-encode the video") from exc
+                raise _video_error(data, name, exc) from exc
         for name, stream in streams.items():
             window = spec.windows[name]
             max_gap = window.max_gap_s if window.max_gap_s is not None else spec.max_gap_factor * stream.median_period
@@ -347,13 +347,22 @@ def _open_videos(data: EpisodeData, spec: BuildSpec) -> dict[str, "VideoWindows"
         video = data.videos[name]
         try:
             cameras[name] = VideoWindows(video["file"], video, options)  # a Path, or a StoreFile (remote store)
-        except VideoSizeError as exc:
-            raise EpisodeError(data.episode_id, name, f"video file {video['path']!r}: {exc}",
-                               hint=f"change streams.{name}.crop / resize / encoding in the export config") from exc
         except VideoError as exc:
-            raise EpisodeError(data.episode_id, name, f"video file {video['path']!r}: {exc}",
-                               hint="re-encode it or fix the path") from exc
+            raise _video_error(data, name, exc) from exc
     return cameras
+
+
+def _video_error(data: EpisodeData, name: str, exc: VideoError) -> EpisodeError:
+    """A video that fails at open or while decoding: one message naming the file, with the fix that
+    fits the cause (the config, access to the store, or the file itself)."""
+    if isinstance(exc, VideoSizeError):
+        hint = f"change streams.{name}.crop / resize / encoding in the export config"
+    elif isinstance(exc, VideoReadError):
+        hint = ("check the store's credentials and permissions (--storage-options) and the connection, then "
+                "re-run the same command: it resumes")
+    else:
+        hint = "re-encode or re-download the video, or fix its path"
+    return EpisodeError(data.episode_id, name, f"video file {data.videos[name]['path']!r}: {exc}", hint=hint)
 
 
 def _static_members(data: EpisodeData, spec: BuildSpec) -> dict[str, bytes]:

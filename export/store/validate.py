@@ -17,7 +17,7 @@ from robowds.export.core.extent import ExtentError, episode_extent, segment_span
 from robowds.export.core.plausible import MAX_EPISODE_S, extent_problem, period_problem
 from robowds.export.core.precision import PrecisionLoss, float32_loss, loss_fix, loss_text, worst
 from robowds.export.core.resample import StreamError, clean_stream
-from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, probe_video
+from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoReadError, probe_video
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.location import StoreFile, StoreLocation
 from robowds.export.store.schema import MediaPathError, Problem, StoreSchema, media_hint, open_store
@@ -237,7 +237,9 @@ def _check_video(path: Path | StoreFile, video: dict, ep: str, name: str, report
         info = probe_video(path)
     except VideoError as exc:
         report.problems.append(Problem("error", f"video file {video.get('path')!r}: {exc}", ep, name,
-                                       hint="re-encode it or fix the path"))
+                                       hint=("check the store's credentials and permissions (--storage-options) and "
+                                             "the connection" if isinstance(exc, VideoReadError)
+                                             else "re-encode it or fix the path")))
         return None
     declared, measured = video.get("fps"), info.measured_fps
     if measured:
