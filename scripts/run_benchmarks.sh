@@ -32,5 +32,6 @@ run $PY scripts/bench_fields.py --episodes 8
 run $PY scripts/bench_layout.py
 run $PY scripts/bench_convert.py --repeats 3
 run $PY scripts/bench_video_export.py --repeats 3
+run $PY scripts/bench_segments.py
 echo
 echo "# done $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"

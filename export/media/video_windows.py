@@ -3,7 +3,8 @@
 Memory stays bounded: windows are built chunk by chunk in anchor order and the decoder only moves
 forward. Before decoding, every chunk's frame choice is registered with `expect`, so the decoder
 converts (crop, resize: export/media/planes.py) and keeps exactly the frames some window will use, and
-drops each one once no later window can need it. No seeking, no per-window decoding.
+drops each one once no later window can need it. One seek at most (an episode that is a segment
+of a longer file starts at the keyframe before it), no per-window decoding.
 
 A frame is in several windows when windows overlap (2 frames of history at stride 1: every frame is
 in 2 windows), so what a window's member is made of is computed once per frame and reused: the JPEG
