@@ -330,3 +330,47 @@ def test_verify_and_inspect_read_an_export_at_a_url(store: Path, s3: tuple[Fault
     assert capsys.readouterr().out.startswith("key ep_")
     assert main(["verify", "s3://robots/nothing-here", *opts]) == 2
     assert "s3://robots/nothing-here has no manifest.json" in capsys.readouterr().err
+
+
+def test_the_local_disk_needs_room_only_for_the_shards_in_flight(
+        store: Path, s3: tuple[FaultProxy, dict[str, Any]], proxy: FaultProxy, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """OUT at a URL: each shard is deleted from the --work-dir once uploaded, and uploads are queued
+    at most UPLOADS_QUEUED deep, so the disk holds at most that many shards plus the tasks' in flight.
+    The space check asks for room for those only, not for the whole export (which it refused before
+    on a disk smaller than the export); slow uploads hold the reduce back instead of piling up shards."""
+    import threading
+    from collections import namedtuple
+
+    from robowds.export.job.remote_job import UPLOADS_QUEUED
+
+    small = ["--set", "shard.max_samples=2"]
+    local = local_export(store, tmp_path / "local", *small)
+    sizes = sorted((len(v) for k, v in local.items() if k.endswith(".tar")), reverse=True)
+    at_once = 1 + UPLOADS_QUEUED  # one worker: one task in flight
+    assert len(sizes) >= 2 * at_once  # the whole export would need twice the room
+    usage = namedtuple("usage", "total used free")
+    options, work = s3[1], tmp_path / "work"
+    free = sum(sizes[:at_once]) - 1
+    monkeypatch.setattr("robowds.export.job.shards.shutil.disk_usage", lambda path: usage(10**12, 0, free))
+    assert export_s3(store, "s3://robots/room", options, work, *small) == 2
+    err = capsys.readouterr().err
+    assert "writing the shards needs" in err and "Traceback" not in err, err
+    free += 1
+    proxy.configure(None, latency_s=0.03)  # uploads slower than the reduce
+    most, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            most[0] = max(most[0], sum(1 for _ in work.rglob("*.tar")))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        assert export_s3(store, "s3://robots/room", options, work, *small) == 0
+    finally:
+        stop.set()
+        watcher.join()
+    assert remote_tree(proxy, "room") == local
+    assert 0 < most[0] <= at_once, most[0]

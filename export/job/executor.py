@@ -72,6 +72,7 @@ class Executor(Protocol):
     phase profile reads it where present (the local backends have it; Ray does not account)."""
 
     workers: int  # tasks that run at once: the job sizes its batches of episodes by it
+    in_flight: int  # tasks submitted and not yet handed back, at most (what their outputs may hold on disk)
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
 
@@ -88,6 +89,7 @@ class InlineExecutor:
     """Runs tasks one after the other in this process (workers = 1; easiest to debug)."""
 
     workers = 1
+    in_flight = 1
 
     def __init__(self) -> None:
         self.usage = TaskUsage()
@@ -115,6 +117,7 @@ class ProcessExecutor:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+        self.in_flight = 2 * workers  # map_unordered / map_ordered keep this many submitted
         self.usage = TaskUsage()
         self._broken = False  # a worker died: close() ends the others instead of waiting for them
         context = multiprocessing.get_context("forkserver")
@@ -127,7 +130,7 @@ class ProcessExecutor:
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         pending: set[Future[tuple[R, Any]]] = set()
         for item in items:
-            if len(pending) >= 2 * self.workers:
+            if len(pending) >= self.in_flight:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield self._result(future)
@@ -163,7 +166,7 @@ class ProcessExecutor:
         ones after it (their results wait in memory, bounded by the window), never reorders them."""
         pending: deque[Future[tuple[R, Any]]] = deque()
         for item in items:
-            if len(pending) >= 2 * self.workers:
+            if len(pending) >= self.in_flight:
                 yield self._result(pending.popleft())
             pending.append(self._submit(fn, item))
         while pending:

@@ -94,6 +94,7 @@ class RayExecutor:
                                      "--executor local") from exc
         cpus = int(ray.cluster_resources().get("CPU", 0))
         self.workers = max(1, cpus if cpus else workers)
+        self.in_flight = TASKS_PER_CPU * self.workers  # the window of map_unordered / map_ordered
         self._remote = ray.remote(max_retries=max_retries, num_cpus=1)(_call)
 
     def _submit(self, fn: Callable[[T], R]) -> Callable[[T], Any]:
@@ -132,7 +133,7 @@ class RayExecutor:
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         submit = self._submit(fn)
-        window = TASKS_PER_CPU * self.workers
+        window = self.in_flight
         pending: list[Any] = []
         try:
             for item in items:
@@ -149,7 +150,7 @@ class RayExecutor:
     def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """Results in task order; a slow task holds back the ones after it, never reorders them."""
         submit = self._submit(fn)
-        window = TASKS_PER_CPU * self.workers
+        window = self.in_flight
         pending: deque[Any] = deque()
         try:
             for item in items:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -56,6 +56,7 @@ UPLOADED = f"{WORK}/uploaded"
 STAGED = f"{WORK}/{READY}"
 JOURNAL = f"{WORK}/publish.json"
 UPLOAD_THREADS = 4  # concurrent uploads from the main process (I/O bound: threads, not processes)
+UPLOADS_QUEUED = 2 * UPLOAD_THREADS  # written shards waiting for or in upload, at most: local disk they hold
 
 
 @dataclass
@@ -208,11 +209,16 @@ class Uploader:
     def __init__(self, state: RemoteState, work: Path, total: int, progress: bool) -> None:
         self.state, self.work = state, work
         self._pool = ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="robowds-upload")
-        self._futures: list[Future[None]] = []
+        self._futures: list[Future[None]] = []  # not yet known to have succeeded: at most UPLOADS_QUEUED
         self._bar = tqdm(total=total, desc="uploads", unit="shard", disable=not progress)
 
     def submit(self, record: dict[str, Any]) -> None:
+        """Queue a written shard's upload; waits while UPLOADS_QUEUED are queued, so a reduce faster
+        than the uploads never piles shards up on the local disk (the space check counts on it)."""
         self._raise_failed()  # a failed upload stops the job at the next shard, not at the end
+        while len(self._futures) >= UPLOADS_QUEUED:
+            wait(self._futures, return_when=FIRST_COMPLETED)
+            self._raise_failed()
         self._futures.append(self._pool.submit(self._upload, dict(record)))
 
     def _upload(self, record: dict[str, Any]) -> None:
@@ -232,6 +238,7 @@ class Uploader:
             if future.done() and future.exception() is not None:
                 self.close()
                 raise future.exception()  # type: ignore[misc]
+        self._futures = [f for f in self._futures if not f.done()]  # the done ones succeeded
 
     def wait(self) -> None:
         """Every upload finished; the first failure is raised (the others are cancelled)."""

@@ -33,8 +33,8 @@ from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
 from robowds.export.job.profile import JobProfile
 from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
-from robowds.export.job.remote_job import (RemoteState, Uploader, default_work_root, local_work_dir, pending,
-                                           prepare_remote, publish_remote)
+from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader, default_work_root, local_work_dir,
+                                           pending, prepare_remote, publish_remote)
 from robowds.export.job.remote_out import RemoteOut, is_url
 from robowds.export.job.report import SplitStats, build_manifest, report_warnings
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
@@ -211,7 +211,9 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         profile.lap("records")
         tasks = plan_shards(work, good, config, job.index)
         todo, shard_records = pending(remote, tasks) if remote else (tasks, {})  # uploaded: not written again
-        check_shard_space(work, todo)
+        # OUT at a URL: a shard is deleted once uploaded, so the disk holds the shards of the tasks in
+        # flight and those queued for upload, never the whole export twice
+        check_shard_space(work, todo, executor.in_flight + UPLOADS_QUEUED if remote else None)
         profile.lap("shard plan")
         uploads = Uploader(remote, work, len(todo), progress) if remote else None
         with tqdm(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:

@@ -108,11 +108,14 @@ def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any
     return tasks
 
 
-def check_shard_space(work: Path, tasks: list[ShardTask]) -> None:
+def check_shard_space(work: Path, tasks: list[ShardTask], at_once: int | None = None) -> None:
     """Refuse before the reduce when the shards (a copy of the staged windows, which stay until publish)
-    cannot fit on the output disk; shards already in `ready/` need no more room."""
-    needed = sum(int(t.entries[:, 2].sum()) + len(END_OF_ARCHIVE) for t in tasks
-                 if not (work / READY / t.path).exists())
+    cannot fit on the output disk; shards already in `ready/` need no more room. `at_once`: at most
+    that many shards are on the disk together (OUT at a URL: each is deleted once uploaded), so only
+    the largest `at_once` need room; None: all of them stay."""
+    sizes = sorted((int(t.entries[:, 2].sum()) + len(END_OF_ARCHIVE) for t in tasks
+                    if not (work / READY / t.path).exists()), reverse=True)
+    needed = sum(sizes if at_once is None else sizes[:at_once])
     free = shutil.disk_usage(work).free
     if needed > free:
         raise UserError(f"writing the shards needs {human_bytes(needed)} on the disk of {work.parent}, "
