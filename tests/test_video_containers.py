@@ -4,6 +4,7 @@ exported through the whole job; the exported frames must be the right source fra
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -45,3 +46,18 @@ def test_container_and_codec_export_the_right_frames(tmp_path: Path, container_f
                 assert abs(float(frame.mean()) - 20 * k) < 4, (container_format, codec, anchor, j)
             else:
                 assert not frame.any()  # padded past the video's end
+
+
+def test_svt_av1_says_nothing_when_convert_encodes_with_it(tmp_path: Path) -> None:
+    """`convert --image-codec libsvtav1` encodes through encode_frames: SVT-AV1's banner (written by
+    the C library to the process's stderr, ~30 lines per file) stays quiet unless SVT_LOG is set."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SVT_LOG"}
+    code = ("import numpy as np, pathlib; from robowds.export.media.encode import encode_frames; "
+            "encode_frames(np.zeros((3, 64, 64, 3), np.uint8), np.arange(3) / 10, "
+            f"pathlib.Path({str(tmp_path / 'v.mkv')!r}), codec='libsvtav1')")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert (tmp_path / "v.mkv").stat().st_size > 0
+    assert "Svt[" not in run.stderr, run.stderr[:500]

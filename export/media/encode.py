@@ -14,6 +14,7 @@ time rounded to the millisecond (0.5 ms at most from the step time: far below an
 from __future__ import annotations
 
 import itertools
+import os
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -67,6 +68,8 @@ def encode_frames(frames: Iterable[np.ndarray], times_s: np.ndarray, path: Path,
     if first is None:
         raise ValueError(f"{path}: no frames to encode")
     height, width = first.shape[:2]
+    if codec == "libsvtav1":
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1's banner (~30 lines per file) stays quiet, as in clips.py
     with av.open(str(path), "w", format="matroska", options=BITEXACT) as out:
         stream = out.add_stream(codec, rate=_nominal_rate(times_s))
         stream.width, stream.height = width, height
