@@ -147,9 +147,11 @@ def probe_video(path: Path | RangedFile) -> VideoInfo:
 
 
 # Per-process memo of probes, least recently used first: at most PROBES_KEPT videos, each 8 bytes per
-# frame plus 16 per keyframe (a 1M-frame file: ~8 MB). Keyed by path, size and mtime, so a file
-# rewritten in place is probed again; remote files by URL and size.
-PROBES_KEPT = 4
+# frame plus 16 per keyframe (a LeRobot v3 file of ~500 MB holds ~50k frames: ~0.5 MB; a 1M-frame
+# file ~8 MB). 16 covers an episode's cameras (one file each) with room to spare, so episodes in
+# file order never re-probe. Keyed by path, size, mtime and inode, so a file rewritten in place is
+# probed again; remote files by URL and size.
+PROBES_KEPT = 16
 _PROBES: dict[tuple[Any, ...], VideoInfo] = {}
 
 
