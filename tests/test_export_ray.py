@@ -325,3 +325,25 @@ def test_a_node_that_does_not_see_a_shared_path_is_named(ray_cluster: Any, tmp_p
     assert f"(not: {tmp_path / 'elsewhere'})" in str(failed.value)
     assert "every node mounts at the same path" in str(failed.value)
     assert ray_cluster.is_initialized()  # a Ray this process started is left running
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+@ON_RAY
+def test_ray_tasks_are_accounted_as_the_pool_accounts_them(ray_cluster: Any) -> None:
+    """Each task's CPU and wall time are measured in the Ray worker that ran it (the export's phase
+    profile reads them, as with the process pool); results come back unwrapped."""
+    from robowds.export.job.ray_executor import RayExecutor
+
+    executor = RayExecutor(2)
+    try:
+        assert sorted(executor.map_unordered(_square, range(6))) == [x * x for x in range(6)]
+        assert list(executor.map_ordered(_square, range(3))) == [0, 1, 4]
+    finally:
+        executor.close()
+    usage = executor.usage
+    assert usage.tasks == 9 and len(usage.each_cpu_s) == 9 and usage.wall_s > 0
+    assert usage.worker_cpu_s and os.getpid() not in usage.worker_cpu_s  # measured in Ray's workers
+    assert all(cpu > 0 for cpu in usage.worker_cpu_s.values())

@@ -59,7 +59,7 @@ def _process_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def _timed(fn: Callable[[T], R], item: T) -> tuple[R, tuple[int, float, float, float]]:
+def run_timed(fn: Callable[[T], R], item: T) -> tuple[R, tuple[int, float, float, float]]:
     """Runs one task in a pool worker and measures it there: (result, (pid, task CPU s, task wall s,
     the worker's whole CPU s so far))."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -69,7 +69,7 @@ def _timed(fn: Callable[[T], R], item: T) -> tuple[R, tuple[int, float, float, f
 
 class Executor(Protocol):
     """A backend may also have `usage: TaskUsage` (what its tasks cost, where they ran): the job's
-    phase profile reads it where present (the local backends have it; Ray does not account)."""
+    phase profile reads it where present (every backend here has it)."""
 
     workers: int  # tasks that run at once: the job sizes its batches of episodes by it
     in_flight: int  # tasks submitted and not yet handed back, at most (what their outputs may hold on disk)
@@ -96,7 +96,7 @@ class InlineExecutor:
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         for item in items:
-            result, (pid, cpu, wall, _) = _timed(fn, item)
+            result, (pid, cpu, wall, _) = run_timed(fn, item)
             self.usage.add(pid, cpu, wall, None)
             yield result
 
@@ -142,7 +142,7 @@ class ProcessExecutor:
 
     def _submit(self, fn: Callable[[T], R], item: T) -> Future[tuple[R, tuple[int, float, float, float]]]:
         try:
-            return self._pool.submit(_timed, fn, item)
+            return self._pool.submit(run_timed, fn, item)
         except BrokenProcessPool as exc:  # the pool broke before this task: the same message
             raise self._died() from exc
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from robowds.export.errors import UserError
+from robowds.export.job.executor import TaskUsage, run_timed
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -46,10 +47,11 @@ def import_ray() -> Any:
     return ray
 
 
-def _call(fn: Callable[[T], R], item: T) -> R:
-    """The one remote function: runs `fn(item)` in a Ray worker. One trampoline instead of
-    `ray.remote(fn)` so that any picklable callable is a task, as with the process pool."""
-    return fn(item)
+def _call(fn: Callable[[T], R], item: T) -> tuple[R, tuple[int, float, float, float]]:
+    """The one remote function: runs `fn(item)` in a Ray worker and measures it there, as the process
+    pool does (`executor.run_timed`). One trampoline instead of `ray.remote(fn)` so that any picklable
+    callable is a task, as with the process pool."""
+    return run_timed(fn, item)
 
 
 def _sees(probe: str, token: str, read: list[str]) -> list[str]:
@@ -95,6 +97,7 @@ class RayExecutor:
         cpus = int(ray.cluster_resources().get("CPU", 0))
         self.workers = max(1, cpus if cpus else workers)
         self.in_flight = TASKS_PER_CPU * self.workers  # the window of map_unordered / map_ordered
+        self.usage = TaskUsage()  # measured in the Ray workers, as with the process pool (profile.py)
         self._remote = ray.remote(max_retries=max_retries, num_cpus=1)(_call)
 
     def _submit(self, fn: Callable[[T], R]) -> Callable[[T], Any]:
@@ -108,7 +111,9 @@ class RayExecutor:
         Ray could not run it (its worker died `max_retries` + 1 times, its node was lost)."""
         ray = self._ray
         try:
-            return ray.get(ref)
+            result, timing = ray.get(ref)
+            self.usage.add(*timing)
+            return result
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BaseException) and not isinstance(cause, ray.exceptions.RayError):
