@@ -166,7 +166,7 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
         windows = sum(s["samples"] for s in doc["splits"].values())
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
-    job = replace(job, work=str(work))
+    job = replace(job, work=str(work), source=source)
     try:
         return _run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor, profile,
                     state)

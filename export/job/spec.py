@@ -32,6 +32,7 @@ class JobSpec:
     prefixes: dict[str, str]
     splits: dict[str, str]
     index: dict[str, int]
+    source: str = ""  # the store's fingerprint (a hash of its tables' bytes): keys the tasks' row-group memo
 
     @property
     def load_fields(self) -> list[str]:

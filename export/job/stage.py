@@ -59,7 +59,7 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> StagedBatch:
             split_stats.fold(record)
         else:
             todo.append(ep)
-    for ep, data in zip(todo, EpisodeLoader(job.schema, job.load_fields).load(todo)):
+    for ep, data in zip(todo, EpisodeLoader(job.schema, job.load_fields, job.source or None).load(todo)):
         bin_path, rec_path = episode_paths(work, job.index[ep])
         record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None}
         windows = EpisodeWindows()

@@ -1,0 +1,76 @@
+"""A table written as one large row group (pyarrow's default holds up to 1M rows) is decoded once per
+worker process and job, not once per task: before, each task of 8 episodes decoded the whole row group
+again (quadratic in the table: +27% export time at 400 synthetic episodes, see docs/benchmarks.md).
+The memo is keyed by the store's content hash, so a table changed between two exports in one process
+is read again."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.job import run
+from robowds.reader import ShardDataset
+
+
+def one_row_group(store: Path) -> None:
+    for path in store.glob("*.parquet"):
+        pq.write_table(pq.read_table(path), path, row_group_size=1 << 20)
+        assert pq.ParquetFile(path).metadata.num_row_groups == 1
+
+
+def export(store: Path, out: Path) -> None:
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--set", "exclude=[overview]",
+                 "--stride", "20"]) == 0
+
+
+def test_one_large_row_group_is_decoded_once_per_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = write_synthetic_store(tmp_path / "store", episodes=64, seed=3).root
+    one_row_group(store)
+    reads: Counter[str] = Counter()
+    real_read, real_stage = pq.ParquetFile.read_row_group, run.stage_episodes
+
+    def counted(self: pq.ParquetFile, i: int, *args: object, **kwargs: object) -> pa.Table:
+        reads["in tasks" if reads["tasks"] > reads["tasks done"] else "planning"] += 1  # spies: the real
+        return real_read(self, i, *args, **kwargs)                                     # code runs
+
+    def task(args: tuple[object, list[str]]) -> object:
+        reads["tasks"] += 1
+        try:
+            return real_stage(args)
+        finally:
+            reads["tasks done"] += 1
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    monkeypatch.setattr(run, "stage_episodes", task)
+    export(store, tmp_path / "out")
+    tables = [p for p in store.glob("*.parquet") if p.name != "images.parquet"]  # overview is excluded
+    assert reads["tasks"] == 8, reads  # 64 episodes, 8 per task, in this process (--workers 1)
+    assert reads["in tasks"] == len(tables), reads  # one decode per table; 8 per table before
+
+
+def test_a_table_changed_between_two_exports_in_one_process_is_read_again(tmp_path: Path) -> None:
+    store = write_synthetic_store(tmp_path / "store", episodes=16, seed=3).root
+    one_row_group(store)
+    export(store, tmp_path / "a")
+    path = store / "trajectories.parquet"
+    table = pq.read_table(path)
+    joints = table.column("joints").to_pylist()
+    joints = [[[row[0], *(v + 1.0 for v in row[1:])] for row in ep] for ep in joints]  # times kept
+    table = table.set_column(table.schema.get_field_index("joints"), "joints",
+                             pa.array(joints, type=table.schema.field("joints").type))
+    pq.write_table(table, path, row_group_size=1 << 20)
+    export(store, tmp_path / "b")
+    first = {s["__key__"]: s for s in ShardDataset(tmp_path / "a", "train", shuffle=False)}
+    second = {s["__key__"]: s for s in ShardDataset(tmp_path / "b", "train", shuffle=False)}
+    assert sorted(first) == sorted(second)
+    for key, sample in first.items():
+        real = sample["joints_mask"]
+        np.testing.assert_allclose(second[key]["joints"][real], sample["joints"][real] + 1.0, atol=1e-5)
