@@ -57,10 +57,13 @@ def tar_header(name: str, size: int) -> bytes:
         raise ShardFormatError(f"member name {name!r} is longer than {MAX_NAME_BYTES} bytes")
     if size >= 8 ** 11:
         raise ShardFormatError(f"member {name!r} is larger than ustar allows (8 GiB)")
+    size_field = b"%011o\0" % size
     header = bytearray(_HEADER_TEMPLATE)
     header[0:len(raw)] = raw
-    header[124:136] = b"%011o\0" % size
-    header[148:156] = b"%06o\0 " % sum(header)
+    header[124:136] = size_field
+    # the checksum of the whole block, from the template's (its name and size bytes are NUL) plus the
+    # two fields written: summing ~50 bytes, not 512, took a header from 6.1 to 2.3 us (200k headers)
+    header[148:156] = b"%06o\0 " % (_TEMPLATE_SUM + sum(raw) + sum(size_field))
     return bytes(header)
 
 
@@ -78,6 +81,7 @@ def _template() -> bytes:
 
 
 _HEADER_TEMPLATE = _template()
+_TEMPLATE_SUM = sum(_HEADER_TEMPLATE)
 
 
 def encode_member(name: str, data: bytes) -> bytes:
@@ -162,10 +166,22 @@ def decode_npy(data: bytes | memoryview) -> np.ndarray:
     return view_npy(data).copy()
 
 
+_CHECKED_SUFFIXES: set[str] = set()  # '<field>.<ext>' already checked: a few per export (fields x extensions)
+
+
 def encode_sample(key: str, members: Mapping[str, bytes]) -> bytes:
-    """One sample as a tar blob; `members` maps '<field>.<ext>' to bytes, written in sorted order."""
-    parts = [encode_member(member_name(key, *_split_suffix(suffix)), data)
-             for suffix, data in sorted(members.items())]
+    """One sample as a tar blob; `members` maps '<field>.<ext>' to bytes, written in sorted order.
+    The key is checked once per sample and each suffix once per process (not three regular
+    expressions per member: 12 members a window made that ~10% of a synthetic export's time)."""
+    if not KEY_RE.match(key):
+        raise ShardFormatError(f"sample key {key!r} must match {KEY_RE.pattern} (no dots)")
+    parts = []
+    for suffix, data in sorted(members.items()):
+        if suffix not in _CHECKED_SUFFIXES:
+            _split_suffix(suffix)
+            if len(_CHECKED_SUFFIXES) < 4096:
+                _CHECKED_SUFFIXES.add(suffix)
+        parts.append(encode_member(f"{key}.{suffix}", data))  # tar_header refuses a name too long
     return b"".join(parts)
 
 
