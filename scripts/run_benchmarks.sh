@@ -33,5 +33,6 @@ run $PY scripts/bench_layout.py
 run $PY scripts/bench_convert.py --repeats 3
 run $PY scripts/bench_video_export.py --repeats 3
 run $PY scripts/bench_segments.py
+run $PY scripts/bench_row_groups.py
 echo
 echo "# done $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
