@@ -51,3 +51,22 @@ def test_a_damaged_staged_episode_is_built_again_to_the_same_bytes(tmp_path: Pat
     mtimes = {p: p.stat().st_mtime_ns for p in work.glob("ep-*")}
     stage_episodes((job, ids))  # all staged and sound: nothing is written
     assert {p: p.stat().st_mtime_ns for p in work.glob("ep-*")} == mtimes
+
+
+def test_a_map_tasks_payload_does_not_grow_with_the_store(tmp_path: Path) -> None:
+    """What is pickled per map task is the spec cut to its batch: the same size for a store of 40 and
+    of 400 episodes (the whole spec grows by ~100 bytes per episode, and went with every task)."""
+    import pickle
+
+    sizes = {}
+    for episodes in (40, 400):
+        store = write_synthetic_store(tmp_path / f"s{episodes}", episodes=episodes, seed=1).root
+        job, _ = resolve(store, load_config(None, []))
+        batch = job.schema.episode_ids[8:16]
+        cut = job.for_episodes(batch)
+        assert cut.schema.episode_ids == batch and sorted(cut.index) == sorted(batch)
+        assert {e: cut.index[e] for e in batch} == {e: job.index[e] for e in batch}
+        assert all(cut.schema.rows[t] == {e: job.schema.rows[t][e] for e in batch} for t in job.schema.rows)
+        sizes[episodes] = (len(pickle.dumps(cut)), len(pickle.dumps(job)))
+    assert sizes[400][1] > 5 * sizes[40][1] // 2  # the whole spec grows with the store
+    assert abs(sizes[400][0] - sizes[40][0]) <= 64, sizes  # a task's does not (key widths aside)

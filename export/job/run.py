@@ -194,7 +194,8 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * executor.workers)))
         split_stats = SplitStats()  # one state per split and field, folded batch by batch as tasks finish
         with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
-            for batch in executor.map_unordered(stage_episodes, [(job, b) for b in _batches(ids, per_task)]):
+            tasks = ((job.for_episodes(b), b) for b in _batches(ids, per_task))  # O(batch) each, made as sent
+            for batch in executor.map_unordered(stage_episodes, tasks):
                 split_stats.fold_states(batch.stats)  # the batch's statistics, folded by its task
                 bar.update(len(batch.episode_ids))
         profile.lap("map", usage)

@@ -1,5 +1,7 @@
 """What one export job is: the store's schema and the config resolved against it (fields, windows,
-video and image options, splits, key prefixes). Computed once in the parent, pickled to every worker.
+video and image options, splits, key prefixes). Computed once in the parent; each map task gets the
+part for its batch of episodes (`for_episodes`), so what is pickled per task does not grow with the
+store.
 
 `resolve` reads only the store's schema and its optional split table, so the map and reduce steps,
 the manifest assembly and `verify`'s recompute all start from the same JobSpec.
@@ -7,7 +9,7 @@ the manifest assembly and `verify`'s recompute all start from the same JobSpec.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,17 @@ class JobSpec:
     splits: dict[str, str]
     index: dict[str, int]
     source: str = ""  # the store's fingerprint (a hash of its tables' bytes): keys the tasks' row-group memo
+
+    def for_episodes(self, episode_ids: list[str]) -> "JobSpec":
+        """The spec a map task needs for these episodes: the per-episode maps (row locations, index,
+        key prefix, split) cut to them. The whole spec holds ~100 bytes per episode, so pickling it
+        with every task cost O(store) per task and O(store^2 / batch) in all (10 MB a task at 100k
+        episodes); this is O(batch)."""
+        schema = replace(self.schema, episode_ids=list(episode_ids), problems=[],
+                         rows={t: {e: r[e] for e in episode_ids if e in r} for t, r in self.schema.rows.items()})
+        return replace(self, schema=schema, index={e: self.index[e] for e in episode_ids},
+                       prefixes={e: self.prefixes[e] for e in episode_ids},
+                       splits={e: self.splits[e] for e in episode_ids})
 
     @property
     def load_fields(self) -> list[str]:
