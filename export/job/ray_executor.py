@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from robowds.export.errors import UserError
-from robowds.export.job.executor import TaskUsage, run_timed
+from robowds.export.job.task_usage import TaskUsage, run_timed
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,7 +49,7 @@ def import_ray() -> Any:
 
 def _call(fn: Callable[[T], R], item: T) -> tuple[R, tuple[int, float, float, float]]:
     """The one remote function: runs `fn(item)` in a Ray worker and measures it there, as the process
-    pool does (`executor.run_timed`). One trampoline instead of `ray.remote(fn)` so that any picklable
+    pool does (`task_usage.run_timed`). One trampoline instead of `ray.remote(fn)` so that any picklable
     callable is a task, as with the process pool."""
     return run_timed(fn, item)
 
