@@ -74,3 +74,13 @@ def test_a_table_changed_between_two_exports_in_one_process_is_read_again(tmp_pa
     for key, sample in first.items():
         real = sample["joints_mask"]
         np.testing.assert_allclose(second[key]["joints"][real], sample["joints"][real] + 1.0, atol=1e-5)
+
+
+def test_an_in_process_export_keeps_no_row_group_after_it_ends(tmp_path: Path) -> None:
+    """`--workers 1` runs the tasks in this process: their memo is freed when the job ends (a notebook
+    would otherwise hold the last decoded row group of every table)."""
+    from robowds.export.store import episodes
+
+    store = write_synthetic_store(tmp_path / "store", episodes=16, seed=3).root
+    export(store, tmp_path / "out")
+    assert episodes._ROW_GROUPS == {}

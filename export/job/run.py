@@ -40,6 +40,7 @@ from robowds.export.job.report import SplitStats, build_manifest, report_warning
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
+from robowds.export.store.episodes import drop_row_groups
 from robowds.export.store.location import StoreLocation, store_location
 from robowds.export.store.schema import fingerprint
 
@@ -228,6 +229,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         profile.lap("reduce", usage)
     finally:
         executor.close()
+        drop_row_groups()  # what in-process tasks kept (pool workers are gone with their memo)
         if uploads:
             uploads.close()
     profile.lap("pool close")

@@ -190,6 +190,12 @@ ROW_GROUPS_KEPT = 8
 _ROW_GROUPS: dict[tuple[str, str, int, tuple[str, ...]], dict[str, pa.Array]] = {}
 
 
+def drop_row_groups() -> None:
+    """Free the row groups this process keeps (`_ROW_GROUPS`): the export calls it when its tasks are
+    done, so a process that ran a job in-process (`--workers 1`, a notebook) does not hold them on."""
+    _ROW_GROUPS.clear()
+
+
 class EpisodeLoader:
     """Loads `EpisodeData` for batches of episode ids from a store. `content_key`: the store's
     fingerprint, when the caller has one (the export's tasks): then row groups are kept for the next
