@@ -32,17 +32,23 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 class CountingSource(ShardSource):
     """A real ShardSource that records every byte range the dataset asks it for (read or read ahead).
-    Class-level lists: the dataset makes its own source per pass (one per DataLoader worker)."""
+    The lists are the class's at the time the source is made (the dataset makes its own source per
+    pass): a source of an earlier pass whose read-ahead still runs in a thread writes to its own
+    pass's lists, never to the next pass's (CI drew a resumed pass "reading" a consumed range so)."""
 
     spans: list[Range] = []
     prefetches: list[Range] = []
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._spans, self._prefetches = CountingSource.spans, CountingSource.prefetches
+
     def span(self, path: str, start: int, stop: int) -> tuple[Any, int]:
-        CountingSource.spans.append((path, start, stop))
+        self._spans.append((path, start, stop))
         return super().span(path, start, stop)
 
     def prefetch(self, path: str, start: int, stop: int) -> None:
-        CountingSource.prefetches.append((path, start, stop))
+        self._prefetches.append((path, start, stop))
         super().prefetch(path, start, stop)
 
 
