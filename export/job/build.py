@@ -358,8 +358,7 @@ def _video_error(data: EpisodeData, name: str, exc: VideoError) -> EpisodeError:
     if isinstance(exc, VideoSizeError):
         hint = f"change streams.{name}.crop / resize / encoding in the export config"
     elif isinstance(exc, VideoReadError):
-        hint = ("check the store's credentials and permissions (--storage-options) and the connection, then "
-                "re-run the same command: it resumes")
+        hint = f"{exc.hint}, then re-run the same command: it resumes"
     else:
         hint = "re-encode or re-download the video, or fix its path"
     return EpisodeError(data.episode_id, name, f"video file {data.videos[name]['path']!r}: {exc}", hint=hint)

@@ -141,7 +141,7 @@ class ProcessExecutor:
             # wait forever: CPython 3.11's manager thread terminates the workers it knows, sends stop
             # sentinels to those alive, then joins every worker, including one that `submit` started
             # meanwhile, which got neither (an export whose worker was SIGKILLed hung in `p.join()`
-            # 1 time in 12 here, and in CI).
+            # 1 time in 92 here, and in CI).
             self._keepalive.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._keepalive.close()  # after shutdown: closing it first would end workers mid-task

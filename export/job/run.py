@@ -1,10 +1,10 @@
 """The export job: plan -> map (stage episodes) -> reduce (write shards) -> publish (into OUT).
 
 Atomicity and resume: every step's output appears under its final name by rename (after fsync, except
-staged episodes, which carry a checksum instead: stage.py), and a step is done iff that name exists. Everything up to publish lives in `OUT/.robowds-work/` (keyed by a
-job id over the store fingerprint and the resolved config): staged episodes (`stage.py`), and finished
-shards in `ready/` (`shards.py`), so an export already in OUT stays intact and readable while the new
-one is built. Publish (`publish.py`) then moves the new export into place by a journaled sequence of
+staged episodes, which carry a checksum instead: stage.py), and a step is done iff that name exists.
+Everything up to publish lives in `OUT/.robowds-work/` (keyed by a job id over the store fingerprint
+and the resolved config): staged episodes (`stage.py`), and finished shards in `ready/` (`shards.py`),
+so an export already in OUT stays intact and readable while the new one is built. Publish (`publish.py`) then moves the new export into place by a journaled sequence of
 renames with the manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips
 finished steps and, because every step is deterministic, ends byte-identical.
 

@@ -95,6 +95,8 @@ class VideoReadError(VideoError):
     """A video whose bytes cannot be read (object storage: access denied, connection lost): the file
     may be fine, so the fix is access, not re-encoding."""
 
+    hint = "check the store's credentials and permissions (--storage-options) and the connection"
+
 
 class VideoSizeError(VideoError):
     """A video whose frames do not fit the configured crop or encoding: fixed in the config."""

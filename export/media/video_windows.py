@@ -250,7 +250,7 @@ class VideoWindows:
                         continue
                     if not checked:
                         if k > first or not self.info.is_keyframe(k):
-                            raise _SeekMissed  # nothing yielded yet: the caller decodes from the start
+                            raise _SeekMissed  # nothing yielded yet: the caller tries an earlier start
                         checked = True
                     self.decoded_frames += 1
                     yield k, frame

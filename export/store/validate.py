@@ -236,10 +236,8 @@ def _check_video(path: Path | StoreFile, video: dict, ep: str, name: str, report
     try:
         info = probe_video(path)
     except VideoError as exc:
-        report.problems.append(Problem("error", f"video file {video.get('path')!r}: {exc}", ep, name,
-                                       hint=("check the store's credentials and permissions (--storage-options) and "
-                                             "the connection" if isinstance(exc, VideoReadError)
-                                             else "re-encode it or fix the path")))
+        hint = exc.hint if isinstance(exc, VideoReadError) else "re-encode it or fix the path"
+        report.problems.append(Problem("error", f"video file {video.get('path')!r}: {exc}", ep, name, hint=hint))
         return None
     declared, measured = video.get("fps"), info.measured_fps
     if measured:
