@@ -8,6 +8,14 @@ can seek to any sample with the manifest's byte offsets.
 Tars written here are read by `webdataset.WebDataset`, `wids` and Megatron-Energon (see the interop
 rules in the README): plain ustar, regular files, fixed mtime/uid/mode, `<key>.<field>.<ext>` names with
 no dot in the key, names <= 100 bytes, no pickle.
+
+Why names never pass 100 bytes (so ustar's name field is enough: wids reads only that field, and no
+PAX header is needed): the exporter's key is a key prefix of at most 40 characters
+(`core/shard_plan.KEY_PREFIX_MAX`) + `_` + the anchor (6 digits, more past a million steps); a
+member's field is a store field name (at most 32 characters, FIELD_RE) or that name + `_mask`; the
+longest extension written is `jpgs.msgpack` (12). That is at most 40 + 1 + 6 + 1 + 37 + 1 + 12 = 98
+bytes (93 for a camera's `<field>.jpgs.msgpack`, 89 for its `<field>_mask.npy`); anchors keep it under
+100 up to 10**12 steps. tests/test_member_names.py holds the exporter to it.
 """
 
 from __future__ import annotations
@@ -25,9 +33,11 @@ END_OF_ARCHIVE = b"\0" * (2 * BLOCK)
 MAX_NAME_BYTES = 100
 
 KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,60}$")
-FIELD_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-EXT_RE = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
+FIELD_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # a store field name (store/schema.py refuses others)
 MASK_SUFFIX = "_mask"
+# a member's field: a field name, or a field name + `_mask` (37 characters for a 32-character field)
+MEMBER_FIELD_RE = re.compile(rf"^[a-z][a-z0-9_]{{0,31}}(?:{MASK_SUFFIX})?$")
+EXT_RE = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
 META_FIELD = "meta"
 
 
@@ -179,8 +189,9 @@ def encode_sample(key: str, members: Mapping[str, bytes]) -> bytes:
 
 def _split_suffix(suffix: str) -> tuple[str, str]:
     field, _, ext = suffix.partition(".")
-    if not FIELD_RE.match(field) or not EXT_RE.match(ext):
-        raise ShardFormatError(f"member suffix {suffix!r} must be '<field>.<ext>' in lowercase")
+    if not MEMBER_FIELD_RE.match(field) or not EXT_RE.match(ext):
+        raise ShardFormatError(f"member suffix {suffix!r} must be '<field>.<ext>' in lowercase "
+                               f"(field: {MEMBER_FIELD_RE.pattern})")
     return field, ext
 
 

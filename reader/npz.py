@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from robowds.reader.format import BLOCK, EXT_RE, FIELD_RE, ShardFormatError, parse_npy_header
+from robowds.reader.format import BLOCK, EXT_RE, MEMBER_FIELD_RE, ShardFormatError, parse_npy_header
 
 LAYOUTS = ("members", "npz")  # `shard.layout` values; a manifest without one is `members`
 PACKED_FIELD = "arrays"
@@ -160,7 +160,7 @@ def npz_entries(data: memoryview | bytes, where: str = "<buffer>", at: int = 0,
         except UnicodeDecodeError:
             raise fail(name_at, f"entry name {raw[:60]!r} is not ASCII") from None
         field, dot, ext = name.partition(".")
-        if not dot or not FIELD_RE.match(field) or not EXT_RE.match(ext) or name in names:
+        if not dot or not MEMBER_FIELD_RE.match(field) or not EXT_RE.match(ext) or name in names:
             raise fail(name_at, f"entry name {name!r} is not a unique '<field>.<ext>'")
         names.add(name)
         if method != 0 or flags & ~_UTF8_FLAG or csize != usize:
