@@ -15,9 +15,9 @@ from robowds.export.errors import UserError
 from robowds.export.job.publish import load_finished_manifest
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.decode import decode_sample
-from robowds.reader.format import read_sample
+from robowds.reader.format import BLOCK, ShardFormatError, parse_header, read_sample
 from robowds.reader.npz import unpack
-from robowds.reader.manifest import ManifestError, ShardIndexError, shard_index, shards_of
+from robowds.reader.manifest import ManifestError, ShardIndexError, ShardInfo, shard_index, shards_of
 
 
 def load_window(out: Path | str | StoreLocation, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -41,6 +41,7 @@ def load_window(out: Path | str | StoreLocation, split: str, key: str | None, in
             raise UserError(str(exc), hint=exc.hint) from exc
         except ShardIndexError as exc:  # missing, or not the one the manifest lists
             raise UserError(exc.problem, hint=exc.fix) from exc
+        check_length(shard, data, offsets, out)
         for i in range(shard.samples):
             start, stop = offsets[i], offsets[i + 1]
             if index is not None and seen + i != index:
@@ -57,6 +58,40 @@ def load_window(out: Path | str | StoreLocation, split: str, key: str | None, in
     what = f"key {key!r}" if key is not None else f"index {index}"
     raise UserError(f"no sample with {what} in split {split!r} ({seen} samples)",
                     hint="keys look like <episode>_<anchor>; see `robowds inspect OUT --index 0`")
+
+
+def check_length(shard: ShardInfo, data: bytes, offsets: list[int], out: StoreLocation) -> None:
+    """Refuse a shard whose length is not the manifest's, naming the first sample it cuts.
+
+    Why: a shard cut at a member boundary holds samples that parse but lack their last members, and
+    inspect printed such a partial window and exited 0. Comparing one length (the manifest's `bytes`)
+    catches every cut before any sample is decoded; hashing the shard is `verify`'s job."""
+    if len(data) == shard.bytes:
+        return
+    fix = f"`robowds verify {out}` checks every shard; export again to repair it"
+    if len(data) > shard.bytes:
+        raise UserError(f"shard {shard.path} is {len(data)} bytes, the manifest lists {shard.bytes}: it is not "
+                        "the shard this export wrote", hint=fix)
+    cut = next((i for i in range(shard.samples) if offsets[i + 1] > len(data)), None)
+    head = f"shard {shard.path} is cut short ({len(data)} of {shard.bytes} bytes)"
+    if cut is None:
+        raise UserError(f"{head}: its end-of-archive blocks are missing", hint=fix)
+    start, after = offsets[cut], shard.samples - cut - 1
+    more = f", and the {after} sample(s) after it are missing" if after else ""
+    key = _key_at(data, start, f"shard {shard.path}")
+    what = f"sample {key!r} at byte {start} is incomplete" if key else f"sample {cut} at byte {start} is missing"
+    raise UserError(f"{head}: {what}{more}", hint=fix)
+
+
+def _key_at(data: bytes, start: int, where: str) -> str | None:
+    """The key in the tar header at `start`, or None when no whole, valid header is there."""
+    if start + BLOCK > len(data):
+        return None
+    try:
+        name, _ = parse_header(data[start:start + BLOCK], where, start)
+    except ShardFormatError:
+        return None
+    return name.partition(".")[0]
 
 
 def summary(manifest: dict[str, Any], sample: dict[str, Any]) -> str:
