@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def plan(args: argparse.Namespace):  # noqa: ANN201 (a Conversion)
+    """The conversion; its plan notes (fields left out: an IMU without orientation...) also go to
+    stderr, before the episodes are read, so a user sees what the store will lack without opening the
+    report."""
     from robowds.export.convert.rosbag import plan_rosbag
 
-    return plan_rosbag(args.src, args.mapping, args.time, args.split_topic, args.split_gap, args.typestore,
-                       args.skip_bad)
+    conversion = plan_rosbag(args.src, args.mapping, args.time, args.split_topic, args.split_gap, args.typestore,
+                             args.skip_bad)
+    for note in conversion.report.get("plan_notes", ()):
+        print(f"robowds convert: note: {note}", file=sys.stderr)
+    return conversion

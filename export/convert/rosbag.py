@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from robowds.export.convert.episode_store import FieldSpec
-from robowds.export.convert.rosbag_episode import BagTask, TopicPlan, convert_episode, field_getter
+from robowds.export.convert.rosbag_episode import BagTask, TopicPlan, convert_episode
 from robowds.export.convert.rosbag_mapping import (
-    DEFAULTS, IMAGE_TYPES, SUPPORTED, Column, StreamMap, TopicMapping, column_names, gap_segments, marker_segments,
-    parse_mapping, resolve_path, result_dtype, topic_prefixes, unique_field_names)
+    DEFAULTS, IMAGE_TYPES, SUPPORTED, Column, StreamMap, TopicMapping, column_names, field_getter, gap_segments,
+    marker_segments, parse_mapping, resolve_path, result_dtype, topic_prefixes, unique_field_names)
+from robowds.export.convert.rosbag_quaternions import (
+    any_rotation, is_quaternion, left_out_note, never_rotation, zero_in_message)
 from robowds.export.convert.rosbag_source import (
     Bag, find_bags, first_message, listed_topics, open_bag, open_index, receive_times, topic_types)
 from robowds.export.convert.run import Conversion, run_conversion
@@ -188,6 +190,19 @@ def _custom(topic: str, msgtype: str, name: str, spec: dict[str, Any], fielddefs
                      names, declare)
 
 
+def _never_rotates(topic: str, row: tuple[str, bool, StreamMap], first: Any,  # noqa: ANN401
+                   rotates: Callable[[str, StreamMap], bool], where: str, notes: list[str]) -> bool:
+    """True for a default quaternion field that is zero in every message (left out, noted); a field
+    the mapping names is an error then (`rosbag_quaternions`)."""
+    name, user, stream = row
+    if not is_quaternion(stream) or not zero_in_message(stream, first) or rotates(topic, stream):
+        return False
+    if user:
+        raise never_rotation(topic, name, where)
+    notes.append(left_out_note(topic, replace(stream, field=name)))
+    return True
+
+
 def _time_mode(msgtype: str, fielddefs: Any, wanted: str) -> tuple[str, str]:  # noqa: ANN401
     """(the clock a worker uses, what the report says)."""
     if wanted == "receive":
@@ -225,7 +240,14 @@ def plan_rosbag(src: Path, mapping: Path | None = None, time: str = "header", sp
         raise UserError(f"--split-topic {split_topic}: no bag under {src} has that topic",
                         hint=f"the bags hold: {', '.join(sorted(inv.types))}")
     topics = list(entries) if entries is not None else sorted(t for t in inv.first)
-    topic_plans, report_topics, notes = _topic_plans(topics, entries, inv, time, where)
+    live = [b for b in bags if b.name in inv.segments]  # not skipped at plan time
+
+    def rotates(topic: str, stream: StreamMap) -> bool:
+        return any_rotation(live, topic, stream, typestore, skip_bad)
+
+    topic_plans, report_topics, notes = _topic_plans(topics, entries, inv, time, where, rotates)
+    if not topic_plans and live:
+        raise _nothing_to_convert(src, len(live), inv, notes)
     specs = [_spec(s) for tp in topic_plans for s in tp.streams]
     kinds = sorted({"ROS 1" if b.path.suffix == ".bag" else "ROS 2" for b in bags})
     report = {"bags": len(bags), "ros": kinds, "time": time, "topics": report_topics,
@@ -237,10 +259,28 @@ def plan_rosbag(src: Path, mapping: Path | None = None, time: str = "header", sp
                       lambda task: f"episode {task.episode_id} ({task.bag.path})", report=report, skipped=inv.skipped)
 
 
+def _nothing_to_convert(src: Path, bags: int, inv: Inventory, notes: list[str]) -> UserError:
+    """The error for bags none of whose topics gives a field: each topic with its type (and why it
+    gives nothing), the fix a mapping file."""
+    def why(topic: str, msgtype: str) -> str:
+        if msgtype not in SUPPORTED:
+            return "no default mapping"
+        return "no message" if topic not in inv.first else "every field left out, see below"
+
+    found = "; ".join(f"{t} ({m}: {why(t, m)})" for t, m in sorted(inv.types.items())) or "no topic"
+    return UserError(f"{src}: no topic to convert; the {'bags hold' if bags > 1 else 'bag holds'}: {found}"
+                     + "".join(f"; {n}" for n in notes),
+                     hint="name the topics to convert and their fields (message paths) in a mapping file and pass it "
+                          "with --mapping FILE (docs/convert-rosbag.md, section 'Mapping file'); types converted "
+                          f"without one: {', '.join(t.replace('/msg/', '/') for t in SUPPORTED)}")
+
+
 def _topic_plans(topics: list[str], entries: dict[str, TopicMapping] | None, inv: Inventory, time: str,
-                 where: str) -> tuple[tuple[TopicPlan, ...], dict[str, Any], list[str]]:
+                 where: str, rotates: Callable[[str, StreamMap], bool]
+                 ) -> tuple[tuple[TopicPlan, ...], dict[str, Any], list[str]]:
     """Each topic's fields, named (the user's names as given, the others from prefixes, made distinct),
-    its clock; the report's `topics` entry; plan notes."""
+    its clock; the report's `topics` entry; plan notes. `rotates(topic, stream)`: whether a quaternion
+    field holds a non-zero quaternion anywhere (asked only when the first message's is zero)."""
     prefixes = topic_prefixes(topics)
     rows, notes, report_topics = [], [], {}
     for topic in topics:
@@ -249,6 +289,7 @@ def _topic_plans(topics: list[str], entries: dict[str, TopicMapping] | None, inv
             raise UserError(f"{where}: topic {topic} has no message in any bag", hint="leave it out of the mapping")
         prefix = entry.name if entry is not None and entry.name else prefixes[topic]
         streams, topic_notes = _streams(topic, msgtype, entry, prefix, inv.fielddefs[topic], inv.first[topic], where)
+        streams = [s for s in streams if not _never_rotates(topic, s, inv.first[topic], rotates, where, topic_notes)]
         mode, said = _time_mode(msgtype, inv.fielddefs[topic], (entry.time if entry and entry.time else time))
         rows.extend((topic, mode, s) for s in streams)
         notes.extend(topic_notes)

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from robowds.export.convert.rosbag_mapping import StreamMap, seconds
+from robowds.export.convert.rosbag_mapping import StreamMap, field_getter, seconds
 from robowds.export.convert.rosbag_media import FrameSpool
+from robowds.export.convert.rosbag_quaternions import episode_quaternions, is_quaternion
 from robowds.export.convert.rosbag_source import Bag, damaged, open_bag, topic_types
 from robowds.export.errors import UserError
 
@@ -43,25 +44,6 @@ class BagTask:
     typestore: str
     start_ns: int | None = None
     stop_ns: int | None = None
-
-
-def field_getter(path: str) -> Callable[[Any], Any]:
-    """`a.b[2].c` -> a function of a message (attrgetter where there is no index: C speed)."""
-    if "[" not in path:
-        return attrgetter(path)
-    steps = []
-    for part in path.split("."):
-        name, _, index = part.partition("[")
-        steps.append((name, int(index[:-1]) if index else None))
-
-    def get(msg: Any) -> Any:  # noqa: ANN401
-        for name, index in steps:
-            msg = getattr(msg, name)
-            if index is not None:
-                msg = msg[index]
-        return msg
-
-    return get
 
 
 EXACT_IN_FLOAT64 = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "float32", "float64"}
@@ -187,7 +169,7 @@ def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
                                     "in the first bag that has it", hint="convert these bags separately")
             collect.update({tp.topic: TopicRows(tp, folder, ep) for tp in task.topics if tp.topic in types})
             _read(reader, collect, task)
-        return _row(task, collect, folder, written)
+        return _row(task, collect, folder, written, types)
     except BaseException:
         for rows in collect.values():
             for _, spool in rows.spools:
@@ -197,8 +179,11 @@ def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
         raise
 
 
-def _row(task: BagTask, collect: dict[str, TopicRows], folder: Path, written: list[Path]) -> dict[str, Any]:
-    """The collected messages as a store row: per topic its clock, values in time order, videos."""
+def _row(task: BagTask, collect: dict[str, TopicRows], folder: Path, written: list[Path],
+         types: dict[str, str]) -> dict[str, Any]:
+    """The collected messages as a store row: per topic its clock, values in time order, videos; a
+    quaternion field that is zero in every message of the episode is null there (`rosbag_quaternions`).
+    `types`: every topic of the bag (for the message when nothing was read)."""
     ep, bag = task.episode_id, task.bag.path
     row: dict[str, Any] = {"episode_id": ep}
     notes: list[str] = []
@@ -212,6 +197,7 @@ def _row(task: BagTask, collect: dict[str, TopicRows], folder: Path, written: li
             notes.append(f"episode {ep}: topic {tp.topic} has no message; its fields are empty")
             continue
         table = rows.table()  # [T, K]
+        quaternions = {s.field for s in tp.streams if is_quaternion(s)}
         ns, topic_notes = rows.times(table)  # [T] in message order
         t = seconds(ns)  # [T] float64
         order = np.argsort(ns, kind="stable")
@@ -223,7 +209,9 @@ def _row(task: BagTask, collect: dict[str, TopicRows], folder: Path, written: li
             raise UserError(f"episode {ep!r}: {bag}, topic {tp.topic}: {exc}",
                             hint="map fixed-width values only (e.g. position[0]), or pass --skip-bad") from exc
         for name, values in columns.items():
-            row[name] = {"t": t[order], "v": values[order]}
+            keep, quaternion_notes = episode_quaternions(tp.topic, name, values) if name in quaternions else (True, [])
+            row[name] = {"t": t[order], "v": values[order]} if keep else None
+            topic_notes.extend(quaternion_notes)
         for stream, spool in rows.spools:
             rel = Path("media") / stream.field / f"{_safe(ep)}.mkv"
             written.append(folder / rel)
@@ -233,12 +221,24 @@ def _row(task: BagTask, collect: dict[str, TopicRows], folder: Path, written: li
             topic_notes.extend(video_notes)
         notes.extend(f"episode {ep}: {n}" for n in topic_notes)
     if all(row.get(s.field) is None for tp in task.topics for s in tp.streams):
-        raise UserError(f"episode {ep!r}: {bag} has no message on the mapped topics "
-                        f"({', '.join(tp.topic for tp in task.topics)})",
-                        hint="check the topic names (robowds convert rosbag lists them in its report), or pass --skip-bad")
+        raise _empty_episode(task, collect, types, notes)
     if notes:
         row["_notes"] = notes
     return row
+
+
+def _empty_episode(task: BagTask, collect: dict[str, TopicRows], types: dict[str, str], notes: list[str]) -> UserError:
+    """The error for an episode with no value in any field: the topics it was to read, and what the bag
+    holds (topic and type), or why the messages it has gave nothing."""
+    ep, bag = task.episode_id, task.bag.path
+    mapped = ", ".join(tp.topic for tp in task.topics)
+    if any(rows.recv for rows in collect.values()):
+        return UserError(f"episode {ep!r}: {bag}: no field has a value in this episode ({'; '.join(notes)})",
+                         hint="map other fields with --mapping, or pass --skip-bad to leave the episode out")
+    held = "; ".join(f"{t} ({m})" for t, m in sorted(types.items())) or "no topic"
+    return UserError(f"episode {ep!r}: {bag} has no message on the converted topics ({mapped}); it holds: {held}",
+                     hint="name the topics to convert with --mapping FILE (docs/convert-rosbag.md, section 'Mapping "
+                          "file'), convert this bag on its own, or pass --skip-bad to leave it out")
 
 
 def _read(reader: Any, collect: dict[str, TopicRows], task: BagTask) -> None:  # noqa: ANN401

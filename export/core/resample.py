@@ -10,9 +10,11 @@ Pure numpy, no I/O. The policy (SPEC, "Resampling policy"):
   exact subtraction, so a store and the same store shifted by 1.3e9 s give the same windows.
 * `clean_stream` turns a raw stream (`[T, N+1]` rows, or a `RawSeries`: times and typed values
   apart) into strictly increasing times: rows with a non-finite
-  time or any NaN or infinite value are dropped (missing samples), unsorted rows are stably sorted, rows with an
+  time or any NaN or infinite value are dropped (missing samples), as are a slerp stream's zero-norm
+  quaternions (no rotation), unsorted rows are stably sorted, rows with an
   exactly duplicated time collapse to the last one. Every repair is counted. A stream whose times are
-  all equal, or with fewer than 2 valid samples, is rejected.
+  all equal, or with fewer than 2 valid samples, is rejected (naming the zero-norm quaternions when
+  those are what is missing, not the timestamps).
 * `resample` evaluates the stream at query times with `linear`, `slerp`, `hold` or `nearest`:
     - before the first sample / after the last: the first / last value, valid = False;
     - strictly inside a gap longer than `max_gap` (default 2.5 x the median period): the value of the
@@ -40,6 +42,8 @@ DEFAULT_GAP_FACTOR = 2.5
 MIN_SAMPLES = 2
 Method = Literal["linear", "slerp", "hold", "nearest"]
 METHODS: tuple[str, ...] = ("linear", "slerp", "hold", "nearest")
+ZERO_QUATERNION_HINT = ("these quaternions hold no orientation: drop the field with exclude (or convert the source "
+                        "without it), or store real orientations")
 QUAT_ORDERS: tuple[str, ...] = ("xyzw", "wxyz")  # slerp itself is invariant to component order
 
 
@@ -163,10 +167,15 @@ def clean_stream(raw: np.ndarray | RawSeries, method: str = "linear", strict: bo
             raise StreamError(f"slerp needs 4 quaternion components, got {values.shape[1]}",
                               hint="store [time, x, y, z, w] rows (or w first with quaternion_order: wxyz), "
                                    "or declare another interpolation for the field")
-        zero_quat = finite_t & ~nan_row & ~(np.linalg.norm(np.nan_to_num(values), axis=1) > 0)
+        zero_quat = finite_t & ~nan_row & zero_quaternions(values)
     keep = finite_t & ~nan_row & ~zero_quat
     times, values = times[keep], values[keep]
+    zeros = int(np.count_nonzero(zero_quat))
     if len(times) == 0:
+        if zeros:
+            raise StreamError(f"stream has no valid samples: {zeros} of {len(keep)} rows are zero-norm quaternions "
+                              "(no orientation: an IMU driver that publishes none sends zeros)"
+                              + _dropped_besides(finite_t, nan_row), hint=ZERO_QUATERNION_HINT)
         raise StreamError("stream has no valid samples (all times non-finite or all rows NaN)")
 
     steps = np.diff(times)
@@ -182,6 +191,10 @@ def clean_stream(raw: np.ndarray | RawSeries, method: str = "linear", strict: bo
         last_of_run = np.append(~dup, True)  # keep the last row of each run of equal times
         times, values = times[last_of_run], values[last_of_run]
     if len(times) < MIN_SAMPLES:
+        if zeros:
+            raise StreamError(f"too short: {len(times)} valid sample(s), need >= {MIN_SAMPLES}; the other "
+                              f"{zeros} of {len(keep)} rows are zero-norm quaternions (no orientation)"
+                              + _dropped_besides(finite_t, nan_row), hint=ZERO_QUATERNION_HINT)
         raise StreamError(f"too short: {len(times)} valid sample(s), need >= {MIN_SAMPLES} "
                           "(no rate or gap can be told from fewer)")
     if strict and (unsorted or duplicates):
@@ -190,8 +203,22 @@ def clean_stream(raw: np.ndarray | RawSeries, method: str = "linear", strict: bo
     if method == "slerp":
         values = _hemisphere_fixed(_normalised(values))
     repairs = Repairs(nonfinite_time=int(np.count_nonzero(~finite_t)), nan_rows=int(np.count_nonzero(nan_row)),
-                      unsorted=unsorted, duplicate_time=duplicates, zero_quaternion=int(np.count_nonzero(zero_quat)))
+                      unsorted=unsorted, duplicate_time=duplicates, zero_quaternion=zeros)
     return Stream(times=times, values=values, repairs=repairs, resolution=resolution)
+
+
+def zero_quaternions(values: np.ndarray) -> np.ndarray:
+    """[T, 4] -> [T] bool: rows whose norm is zero (NaN counted as 0), which name no rotation and are
+    dropped like missing samples; the rosbag converter uses the same test to leave out orientations a
+    driver never filled in."""
+    return ~(np.linalg.norm(np.nan_to_num(np.asarray(values, np.float64)), axis=1) > 0)
+
+
+def _dropped_besides(finite_t: np.ndarray, nan_row: np.ndarray) -> str:
+    """The other rows a stream lost, for a message about its zero quaternions ("" when none)."""
+    parts = [f"{n} {what}" for n, what in ((int(np.count_nonzero(~finite_t)), "with a non-finite time"),
+                                           (int(np.count_nonzero(nan_row)), "with NaN values")) if n]
+    return f" ({' and '.join(parts)} dropped too)" if parts else ""
 
 
 def clock_resolution(times: np.ndarray) -> float:
