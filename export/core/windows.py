@@ -28,6 +28,22 @@ class StreamWindow:
 
 
 
+SNAP_TOLERANCE_S = 1e-4  # LeRobot's default `tolerance_s` for delta_timestamps: 3.3e-5 s off at -0.0333 (-1/30)
+
+
+def snap_to_step(value_s: float, rate_hz: float, tolerance_s: float = SNAP_TOLERANCE_S) -> float:
+    """`k / rate_hz` when `value_s` lies within `tolerance_s` of that whole number of steps, else
+    `value_s` unchanged.
+
+    Why: offsets and durations written with a few decimals (`-0.0333` for -1/30 s) would otherwise
+    put every query 33 us off the frames and be interpolated between two of them; LeRobot takes such
+    deltas as whole frames. The snapped value is computed, not accumulated, so snapping it again gives
+    the same float (the manifest's resolved config re-resolves to itself)."""
+    steps = round(value_s * rate_hz)
+    exact = steps / rate_hz
+    return exact if abs(value_s - exact) <= tolerance_s else value_s
+
+
 def grid_frame_count(start: float, end: float, fps: float, resolution: float = 0.0) -> int:
     """Number of grid points start + k/fps that lie in [start, end] (at least 1).
 

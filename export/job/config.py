@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from robowds.export.core.resample import METHODS
-from robowds.export.core.windows import StreamWindow
+from robowds.export.core.windows import SNAP_TOLERANCE_S, StreamWindow, snap_to_step
 from robowds.export.errors import UserError
 from robowds.export.media.geometry import Crop
 from robowds.export.media.images import IMAGE_ENCODINGS, ImageOptions
@@ -320,19 +320,41 @@ def check_bool_interpolation(field: str, value_dtype: str | None, window: Stream
 
 def stream_window(config: Mapping[str, Any], field: str, interpolation: str,
                   declared_max_gap: float | None) -> StreamWindow:
-    """Resolve one field's window from `window` defaults and `streams.<field>`."""
+    """Resolve one field's window from `window` defaults and `streams.<field>`. An offset or duration
+    within `SNAP_TOLERANCE_S` of a whole number of steps (1 / rate_hz) is taken as exactly that
+    (`snap_notes` says which were)."""
     merged = {**config["window"], **config["streams"].get(field, {})}
     rate = float(merged["rate_hz"] if merged["rate_hz"] is not None else config["fps"])
     duration = float(merged["duration_s"])
     if rate <= 0 or duration <= 0:
         raise UserError(f"config streams.{field}: rate_hz and duration_s must be positive")
+    snapped = snap_to_step(duration, rate)  # 0.5333 s at 30 Hz: 16 steps (LeRobot's 16 deltas)
+    duration = snapped if snapped > 0 else duration
     steps_f = duration * rate
     steps = int(round(steps_f))
     if steps < 1 or abs(steps_f - steps) > 1e-6:
         raise UserError(f"config streams.{field}: duration_s x rate_hz = {steps_f:g} is not a whole number of steps",
-                        hint="pick a duration that is a multiple of 1/rate_hz")
+                        hint=f"pick a duration that is a multiple of 1/rate_hz (within {SNAP_TOLERANCE_S:g} s of one "
+                             "is taken as that multiple)")
     max_gap = merged.get("max_gap_s", declared_max_gap)
-    return StreamWindow(rate_hz=rate, duration_s=duration, offset_s=float(merged["offset_s"]),
+    return StreamWindow(rate_hz=rate, duration_s=duration, offset_s=snap_to_step(float(merged["offset_s"]), rate),
                         pad=str(merged["pad"]), steps=steps,
                         max_gap_s=None if max_gap is None else float(max_gap),
                         interpolation=str(merged.get("interpolation") or interpolation))
+
+
+def snap_notes(config: Mapping[str, Any], resolved: Mapping[str, Any]) -> list[str]:
+    """One line per offset_s / duration_s that `stream_window` snapped to a whole number of steps, so
+    the export says what it used (the resolved config in the manifest holds the snapped value only).
+    Changes under 1 ns are not named: the resampler already takes such times as equal."""
+    notes = []
+    for name, window in {**resolved["streams"], **resolved.get("videos", {})}.items():
+        own = config["streams"].get(name, {})
+        for key in ("offset_s", "duration_s"):
+            given = float(own.get(key, config["window"][key]))
+            used = float(window[key])
+            if abs(given - used) > 1e-9:
+                where = f"streams.{name}.{key}" if key in own else f"window.{key} (for {name})"
+                notes.append(f"{where} {given:g} s taken as {round(used * window['rate_hz'])} x 1/{window['rate_hz']:g} "
+                             f"s = {used!r} s (within {SNAP_TOLERANCE_S:g} s of a whole step)")
+    return notes

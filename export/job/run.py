@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from robowds.export import __version__
 from robowds.export.errors import UserError
+from robowds.export.job.config import snap_notes
 from robowds.export.job.executor import LOCAL, ExecutorChoice
 from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
@@ -60,6 +61,7 @@ class Summary:
     dropped: int = 0  # windows below min_valid_fraction
     up_to_date: bool = False
     warnings: tuple[str, ...] = ()  # what the report holds that a user must not miss
+    notes: tuple[str, ...] = ()  # what the export took differently from the config's letter (snapped offsets)
     profile: dict[str, Any] | None = None  # CPU and wall seconds per phase (JobProfile.to_json)
 
     def to_json(self) -> dict[str, Any]:
@@ -67,7 +69,7 @@ class Summary:
         return {"out": str(self.out), "up_to_date": self.up_to_date, "episodes": self.episodes,
                 "rejected": self.rejected, "windows": self.windows, "dropped_min_valid": self.dropped,
                 "shards": self.shards, "bytes": self.bytes, "seconds": round(self.seconds, 3),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), **({"notes": list(self.notes)} if self.notes else {})}
 
     def line(self) -> str:
         if self.up_to_date:
@@ -75,6 +77,7 @@ class Summary:
         dropped = f" ({self.dropped} below min_valid_fraction, not emitted)" if self.dropped else ""
         warning = "\nwarning: no window was emitted; check the window config" if not self.windows else ""
         warning += "".join(f"\nwarning: {w}" for w in self.warnings)
+        warning += "".join(f"\nnote: {n}" for n in self.notes)
         return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
                 f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}{warning}")
 
@@ -154,6 +157,7 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
         if out == store.path or store.path in out.parents:  # the store's fingerprint would change with every run
             raise UserError(f"output folder {out} must not be inside the store", hint="choose a folder elsewhere")
     job, resolved = resolve(store, config)
+    notes = tuple(snap_notes(config, resolved))
     source = fingerprint(store)
     job_id = _job_id(source, resolved)
     try:
@@ -166,11 +170,12 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
         shards = sum(len(s["shards"]) for s in doc["splits"].values())
         windows = sum(s["samples"] for s in doc["splits"].values())
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
-                       windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True)
+                       windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True,
+                       notes=notes)
     job = replace(job, work=str(work), source=source)
     try:
-        return _run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor, profile,
-                    state)
+        return replace(_run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor,
+                            profile, state), notes=notes)
     except OSError as exc:
         raise os_error(exc, "export", out if remote is None else work, work) from exc
     except UserError as exc:
