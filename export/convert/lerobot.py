@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robowds.export.convert.episode_store import FieldSpec, field_name
+from robowds.export.convert.lerobot_export_config import export_files
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
 
@@ -318,7 +319,8 @@ def plan_lerobot(src: Path, exclude: tuple[str, ...] = ()) -> Conversion:
                       lambda task: f"episode {task.entry['episode_index']} ({task.entry['data']})",
                       media_roots=[info.root] if any(f.kind == "video" for f in features) else [],
                       report={"version": info.version, "fps": info.fps, "excluded": sorted(exclude)},
-                      skipped=info.skipped)
+                      skipped=info.skipped,
+                      files=export_files(info.fps, features, info.root))
 
 
 def convert_lerobot(src: Path, store: Path, overwrite: bool = False, progress: bool = False, workers: int = 1,

@@ -45,6 +45,7 @@ class Conversion:
     yaml_extra: dict[str, Any] = field(default_factory=dict)  # top-level store.yaml keys (clock...)
     report: dict[str, Any] = field(default_factory=dict)  # format-specific report entries
     skipped: list[dict[str, Any]] = field(default_factory=list)  # episodes dropped before conversion
+    files: dict[str, str] = field(default_factory=dict)  # more text files for the store folder (export.yaml)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, worke
                             f"{skipped[-1]['reason']}", hint="fix the source, or convert another dataset")
         (folder / "store.yaml").write_text(store_yaml(conv.specs, [str(r) for r in conv.media_roots],
                                                       f"written by robowds convert {conv.format}", conv.yaml_extra))
+        for name, text in conv.files.items():  # inside the folder published whole, replaced with it
+            (folder / name).write_text(text)
         return {"format": conv.format, "source": str(conv.source), "episodes": count, "skipped": skipped,
                 "notes": notes,
                 "fields": {s.name: {"source": s.source, "kind": s.kind, "dtype": s.dtype} for s in conv.specs},

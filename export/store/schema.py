@@ -30,6 +30,9 @@ VIDEO_EXTS = (".mp4", ".mkv", ".avi", ".webm", ".mov")
 DECL_KEYS = {"kind", "interpolation", "names", "units", "max_gap_s", "time_unit", "quaternion_order", "fps"}
 SERIES_KEYS = {"names", "units", "max_gap_s", "time_unit", "quaternion_order"}  # meaningless for other kinds
 STORE_YAML = "store.yaml"
+# an export config kept with the store (`convert lerobot` writes one): not store content, so editing it
+# does not change the fingerprint (earlier exports still verify against the store)
+EXPORT_YAML = "export.yaml"
 
 
 @dataclass(frozen=True)
@@ -488,11 +491,14 @@ def _open_store(location: StoreLocation) -> StoreSchema:
 
 def fingerprint(root: Path | StoreLocation) -> str:
     """sha256 over the tables and declarations (content) and the media files (path and size), linked
-    ones included. The same files give the same fingerprint in a folder and in object storage."""
+    ones included; not the top-level `export.yaml` (a config, not data). The same files give the same
+    fingerprint in a folder and in object storage."""
     location = store_location(root)
     digest = hashlib.sha256()
     try:
         for rel, size in location.files():
+            if rel == EXPORT_YAML:
+                continue
             digest.update(rel.encode() + b"\0")
             name = PurePosixPath(rel)
             if name.suffix == ".parquet" or name.name == STORE_YAML:
