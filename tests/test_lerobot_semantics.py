@@ -74,6 +74,9 @@ def test_convert_writes_a_ready_export_config(store: Path, tmp_path: Path) -> No
             "    # offset_s: -0.066667\n    # duration_s: 0.1\n") in text
     assert "    # an action chunk: delta_timestamps [0, 1/30, ..., 15/30] (16 frames)\n    # duration_s: 0.533333\n" in text
     assert "    # a camera history: delta_timestamps [-1/30, 0] (2 frames)\n    # offset_s: -0.033333\n" in text
+    documented = re.search(r"checks the written file is this block -->\n```yaml\n(.*?)```",
+                           (Path(__file__).parents[1] / "docs" / "convert.md").read_text(), re.S)
+    assert documented and text[text.index("\nfps: ") + 1:] == documented.group(1)  # docs/convert.md shows it
     report = validate_store(store)
     assert report.exportable and not report.problems, report.render()
     # a config, not store content: editing it leaves the fingerprint (and earlier exports' verify) alone
@@ -92,6 +95,7 @@ def test_windows_equal_lerobot_delta_timestamps(store: Path, tmp_path: Path,
     assert main(["export", str(store), str(out), "--config", str(config), "--workers", "1", "--keep-order", "--quiet",
                  "--set", "streams.observation_state.offset_s=-0.0667", "--set", "streams.action.duration_s=0.5333",
                  "--set", "streams.observation_images_cam_high.offset_s=-0.0333",
+                 "--set", "streams.observation_images_cam_high.duration_s=0.0667",
                  "--set", "streams.observation_images_cam_high.encoding=raw",
                  "--set", f"streams.observation_images_cam_high.crop=[{CROP[0]}, {CROP[1]}]"]) == 0
     printed = capsys.readouterr().out
