@@ -31,6 +31,10 @@ def test_an_offset_farther_from_every_step_is_unchanged(rate: float, k: int, fra
     assert snap_to_step(value, rate) == value
 
 
+def test_values_too_large_for_steps_are_unchanged() -> None:
+    assert snap_to_step(1e300, 30.0) == 1e300 and snap_to_step(-1e300, 1e10) == -1e300
+
+
 def test_lerobot_deltas_written_rounded_resolve_to_whole_frames() -> None:
     config = load_config(None, ["fps=30", "streams.state.offset_s=-0.0667", "streams.state.duration_s=0.1",
                                 "streams.action.duration_s=0.5333", "streams.late.offset_s=-0.0330",

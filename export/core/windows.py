@@ -39,7 +39,10 @@ def snap_to_step(value_s: float, rate_hz: float, tolerance_s: float = SNAP_TOLER
     put every query 33 us off the frames and be interpolated between two of them; LeRobot takes such
     deltas as whole frames. The snapped value is computed, not accumulated, so snapping it again gives
     the same float (the manifest's resolved config re-resolves to itself)."""
-    steps = round(value_s * rate_hz)
+    scaled = value_s * rate_hz
+    if not math.isfinite(scaled):  # 1e300 s: no whole step to speak of (and round() would raise)
+        return value_s
+    steps = round(scaled)
     exact = steps / rate_hz
     return exact if abs(value_s - exact) <= tolerance_s else value_s
 
