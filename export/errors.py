@@ -34,3 +34,32 @@ class EpisodeError(UserError):
     def __reduce__(self) -> tuple:
         # `args` holds the composed message, not the constructor's four arguments
         return (type(self), (self.episode_id, self.field, self.reason, self.hint))
+
+
+def config_error(key: str, value: object, expected: str, example: str, origin: str = "",
+                 note: str = "") -> UserError:
+    """The one shape of a bad export-config value, so no check of the config can leave out its fix.
+
+    The error line names the dotted `key`, the bad `value` and where it was set (`origin`: `--set
+    fps=-10`, or the config file's path; empty for a value the caller built); the fix line says what
+    the key takes (`expected`, which completes "must be ...", and an optional `note` on what the value
+    means) and how to write a valid `example` value where the bad one came from: a `--set` item, or
+    the YAML line for the config file.
+    """
+    source = f" (from {origin})" if origin else ""
+    meaning = f" ({note})" if note else ""
+    return UserError(f"config {key} must be {expected}, got {value!r}{source}",
+                     hint=f"give {key} {expected}{meaning}, e.g. {config_example(key, example, origin)}")
+
+
+def config_example(key: str, example: str, origin: str = "") -> str:
+    """`example` as the user would write it for `key`: `--set KEY=VALUE` (shell-quoted when the value
+    has spaces or brackets), or `a: {b: VALUE}` in the config file when that is where the value was."""
+    if origin and not origin.startswith("--set "):
+        parts = key.split(".")
+        nested = example
+        for part in reversed(parts[1:]):
+            nested = f"{{{part}: {nested}}}"
+        return f"`{parts[0]}: {nested}` in {origin}"
+    item = f"{key}={example}"
+    return f"--set {item}" if all(c.isalnum() or c in "._=-+" for c in item) else f"--set '{item}'"

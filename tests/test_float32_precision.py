@@ -112,9 +112,13 @@ def test_per_field_dtype_keeps_that_field_float64(tmp_path: Path, capsys: pytest
 
 @pytest.mark.parametrize(("sets", "message"), [
     (["streams.utm.dtype=float16"], "robowds export: error: config streams.utm.dtype must be one of float32, "
-                                    "float64, got 'float16'\n"),
+                                    "float64, got 'float16' (from --set streams.utm.dtype=float16)\n"
+                                    "  fix: give streams.utm.dtype one of float32, float64, e.g. "
+                                    "--set streams.utm.dtype=float64\n"),
     (["streams.utm.dtype=[float64]"], "robowds export: error: config streams.utm.dtype must be one of float32, "
-                                      "float64, got ['float64']\n"),
+                                      "float64, got ['float64'] (from --set streams.utm.dtype=[float64])\n"
+                                      "  fix: give streams.utm.dtype one of float32, float64, e.g. "
+                                      "--set streams.utm.dtype=float64\n"),
     (["window.dtype=float64"], "robowds export: error: unknown config key 'window.dtype' in --set window.dtype=float64\n"
                                "  fix: known keys here: duration_s, offset_s, pad, rate_hz\n"),
 ])

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out_dir is not None:
         if args.count < 1:
-            raise UserError(f"--count must be >= 1, got {args.count}")
+            raise UserError(f"--count must be >= 1, got {args.count}", hint="e.g. --count 8 (one PNG per window)")
         args.out_dir.mkdir(parents=True, exist_ok=True)
         for index in random_windows(args.out, args.split, args.count, args.seed):
             manifest, sample = load_window(args.out, args.split, None, index)

@@ -130,7 +130,8 @@ def figure(manifest: dict[str, Any], sample: dict[str, Any]) -> Any:
     series = [n for n, s in schema.items() if s["kind"] == "timeseries" and n in sample]
     images = [n for n, s in schema.items() if s["kind"] == "image" and n in sample]  # one per episode
     if not cameras and not series:
-        raise UserError("this window has no camera or time-series field to draw")
+        raise UserError("this window has no camera or time-series field to draw",
+                        hint="export a camera or time series too (the config's include/exclude) to draw its windows")
     groups = [(name, lo) for name in series for lo in range(0, max(1, sample[name].shape[1]), GROUP)]
     picks = {c: np.unique(np.linspace(0, len(sample[c]) - 1, min(MAX_FRAMES, len(sample[c]))).round().astype(int))
              for c in cameras}

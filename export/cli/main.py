@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from robowds.export import __version__
 from robowds.export.cli import convert_cmd, demo_cmd, export_cmd, inspect_cmd, synth_cmd, validate_cmd, verify_cmd
@@ -32,9 +33,19 @@ class DefaultsShown(argparse.HelpFormatter):
         return text if silent or not action.option_strings else text + " (default: %(default)s)"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors (`--fps abc`, an unknown option) take the shape of every
+    user error: one `PROG: error:` line and one `fix:` line (argparse prints its usage block first).
+    Sub-command parsers are of this class too (`add_subparsers` makes them of the parent's type)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n  fix: `{self.prog} --help` lists every option and "
+                     "the values it takes\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     names = ", ".join(command.__name__.rsplit(".", 1)[1].removesuffix("_cmd") for command in COMMANDS)
-    parser = argparse.ArgumentParser(prog="robowds", description=f"Robot episodes -> resampled, padded WebDataset "
+    parser = Parser(prog="robowds", description=f"Robot episodes -> resampled, padded WebDataset "
                                      f"windows. Commands: {names}; `robowds COMMAND --help` for each one's options.")
     parser.add_argument("--version", action="version", version=f"robowds {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from robowds.export.store.validate import validate_store
 
     if not args.max_episode_s > 0:
-        raise UserError(f"--max-episode-s must be a positive number of seconds, got {args.max_episode_s:g}")
+        raise UserError(f"--max-episode-s must be a positive number of seconds, got {args.max_episode_s:g}",
+                        hint="e.g. --max-episode-s 86400 (24 h, the default)")
     store = store_location(args.store, storage_options(args))
     report = validate_store(store, progress=sys.stderr.isatty() and not (args.quiet or args.json),
                             max_episode_s=args.max_episode_s)

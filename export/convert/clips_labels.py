@@ -225,7 +225,8 @@ def to_labels(records: Iterable[Record], options: LabelOptions,
 
     `videos_by_stem`: stem -> video paths relative to SRC, for records that name no file (SSv2)."""
     if options.time_unit not in TIME_KEYS:
-        raise UserError(f"--time-unit must be one of {', '.join(TIME_KEYS)}, got {options.time_unit!r}")
+        raise UserError(f"--time-unit must be one of {', '.join(TIME_KEYS)}, got {options.time_unit!r}",
+                        hint="--time-unit s for start/end in seconds, frames for start_frame/end_frame")
     starts, ends = TIME_KEYS[options.time_unit]
     id_key = options.id_column or "id"
     parsed: list[tuple[Record, str | None, str, Any, Any, str, str | None]] = []

@@ -12,10 +12,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from robowds.export.errors import UserError
+from robowds.export.errors import UserError, config_error
 
 KEY_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 KEY_PREFIX_MAX = 40
+SPLIT_RULE = "a fraction in [0, 1], a list of episode ids or rest"  # what a split's rule must be
 
 
 def assign_splits(episode_ids: Sequence[str], rules: Mapping[str, object], seed: int,
@@ -31,14 +32,20 @@ def assign_splits(episode_ids: Sequence[str], rules: Mapping[str, object], seed:
         if isinstance(rule, list):
             for ep in map(str, rule):
                 if ep not in known:
-                    raise UserError(f"config splits.{name} names episode {ep!r}, which the store does not have")
+                    some = ", ".join(sorted(known)[:3])
+                    raise UserError(f"config splits.{name} names episode {ep!r}, which the store does not have",
+                                    hint=f"list episode ids the store has (e.g. {some}), or give splits.{name} a "
+                                         f"fraction, e.g. --set splits.{name}=0.1")
                 if ep in out and out[ep] != name:
-                    raise UserError(f"episode {ep!r} is assigned to both {out[ep]!r} and {name!r}")
+                    raise UserError(f"episode {ep!r} is assigned to both {out[ep]!r} and {name!r}",
+                                    hint=f"name {ep!r} in one split's list only (the store's split column, where "
+                                         "it has one, places episodes too)")
                 out[ep] = name
     fractions = [float(r) for r in rules.values()
                  if isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r <= 1.0]
     if sum(fractions) > 1.0 + 1e-9:
-        raise UserError(f"config splits: fractions add up to {sum(fractions):g} > 1")
+        raise config_error("splits", dict(rules), "fractions that add up to at most 1",
+                           "{train: rest, val: 0.1, test: 0.1}", note=f"these add up to {sum(fractions):g}")
     free = [ep for ep in sorted(episode_ids) if ep not in out]
     order = np.random.default_rng([seed, 0x5B117]).permutation(len(free))
     pos = 0
@@ -46,13 +53,13 @@ def assign_splits(episode_ids: Sequence[str], rules: Mapping[str, object], seed:
     for name, rule in rules.items():
         if isinstance(rule, (int, float)) and not isinstance(rule, bool):
             if not 0.0 <= float(rule) <= 1.0:
-                raise UserError(f"config splits.{name} must be a fraction in [0, 1], a list of ids or 'rest'")
+                raise config_error(f"splits.{name}", rule, SPLIT_RULE, "0.1")
             count = int(round(float(rule) * len(free)))
             for idx in order[pos:pos + count]:
                 out[free[idx]] = name
             pos += count
         elif not isinstance(rule, list) and rule != "rest":
-            raise UserError(f"config splits.{name} must be a fraction, a list of episode ids or 'rest'")
+            raise config_error(f"splits.{name}", rule, SPLIT_RULE, "0.1")
     for idx in order[pos:]:
         out[free[idx]] = rest
     return out

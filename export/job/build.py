@@ -126,7 +126,9 @@ def build_extent(data: EpisodeData, streams: dict[str, Stream], spec: BuildSpec,
     try:
         start, end = episode_extent(data.start_s, data.end_s, series, spec.clock, cameras)
     except ExtentError as exc:
-        raise EpisodeError(data.episode_id, None, str(exc)) from exc
+        raise EpisodeError(data.episode_id, None, str(exc),
+                           hint="fix the episode's start_s / end_s, or leave them out to take the extent from "
+                                "its streams") from exc
     _refuse(data, None, extent_problem(start, end, list(series.values()) or cameras, spec.max_episode_s))
     if not series and data.end_s is None:
         resolutions.append(camera_resolution)

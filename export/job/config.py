@@ -7,19 +7,19 @@ manifest, so an export can be reproduced from its manifest alone.
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from robowds.export.core.resample import METHODS
 from robowds.export.core.windows import SNAP_TOLERANCE_S, StreamWindow, snap_to_step
-from robowds.export.errors import UserError
+from robowds.export.errors import UserError, config_error
+from robowds.export.job.config_check import OPTIONAL_KEYS, STREAM_KEYS, check
 from robowds.export.media.geometry import Crop
 from robowds.export.media.images import IMAGE_ENCODINGS, ImageOptions
 from robowds.export.media.video_windows import ENCODINGS as VIDEO_ENCODINGS
 from robowds.export.media.video_windows import VideoOptions
 from robowds.export.store.yamlio import YamlError, load_file, load_text
-from robowds.reader.npz import LAYOUTS
 
 DEFAULTS: dict[str, Any] = {
     "fps": 10.0,               # the dataset grid: t_k = t0 + k / fps
@@ -47,19 +47,13 @@ DEFAULTS: dict[str, Any] = {
     "max_episode_s": 86400.0,  # longer episodes are refused: a unit or end_s mistake (export/core/plausible.py)
 }
 
-# keys that may be set but are not in DEFAULTS, with their default: an export that leaves one at its default
-# resolves to the config it had before the key existed (same manifest bytes, same job id)
-OPTIONAL_KEYS: dict[str, Any] = {"shard.layout": "members"}  # members | npz: reader/npz.py, docs/export-config.md
-PADS = ("zero", "edge")
-STREAM_KEYS = {"rate_hz", "duration_s", "offset_s", "pad", "max_gap_s", "interpolation", "dtype",
-               "selection", "encoding", "resize", "crop"}  # the last four: video (and image) fields only
-FLOAT_DTYPES = ("float32", "float64")  # float_dtype and streams.<field>.dtype (a time series's output dtype)
 IMAGE_KEYS = {"encoding", "resize", "crop"}  # all an image field's `streams.<name>` entry may set
 
 
 def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
     """Merge defaults, the YAML file and `key.path=value` overrides; check keys and value types."""
     config = copy.deepcopy(DEFAULTS)
+    origins: dict[str, str] = {}  # dotted key -> the file or `--set` item that set it, for the error lines
     if path is not None:
         try:
             user = load_file(Path(path)) or {}
@@ -73,7 +67,7 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
             raise UserError(f"config {path} must be a YAML mapping", hint="e.g. `fps: 10` on its own line")
         if isinstance(user.get("splits"), dict):
             config["splits"] = {}  # a file's splits replace the default {train: rest}; --set merges
-        _merge(config, user, where=str(path))
+        _merge(config, user, str(path), origins)
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -92,9 +86,11 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
             raise UserError(f"--set {item}: the value is {exc.reason}",
                             hint="quote it or fix the YAML, e.g. --set 'streams.cam.resize=[224, 224]'"
                             ) from exc
-        _merge(config, node, where=f"--set {item}")
+        _merge(config, node, f"--set {item}", origins)
     _as_ints(config)
-    _check(config)
+    check(config, lambda key: _origin(origins, key))
+    if config["shard"].get("layout") == OPTIONAL_KEYS["shard.layout"]:
+        config["shard"].pop("layout")  # the default: the same config (and job id) as leaving it out
     _as_floats(config)
     return config
 
@@ -124,103 +120,36 @@ def _as_floats(config: dict[str, Any]) -> None:
                 stream[key] = float(stream[key])
 
 
-def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, path: str = "") -> None:
-    """Deep-merge `new` into `base`; keys must exist in the defaults except field and split names."""
+def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, origins: dict[str, str],
+           path: str = "") -> None:
+    """Deep-merge `new` into `base`; keys must exist in the defaults except field and split names.
+    Each value set is recorded in `origins` (its dotted key -> `where`), replacing what it overwrites."""
     for key, value in new.items():
         full = f"{path}{key}"
         open_mapping = path.startswith("streams.") or path == "splits."
         if key not in base and not open_mapping and full not in OPTIONAL_KEYS:
             optional = [k.rpartition(".")[2] for k in OPTIONAL_KEYS if k.rpartition(".")[0] + "." == path]
+            known = sorted([*base, *optional])
+            close = difflib.get_close_matches(str(key), known, n=1)
             raise UserError(f"unknown config key {full!r} in {where}",
-                            hint=f"known keys here: {', '.join(sorted([*base, *optional]))}")
+                            hint=(f"did you mean {path}{close[0]}? " if close else "")
+                            + f"known keys here: {', '.join(known)}")
         if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value, where, full + ".")
+            _merge(base[key], value, where, origins, full + ".")
         else:
             base[key] = value
+            for stale in [k for k in origins if k.startswith(full + ".")]:
+                del origins[stale]
+            origins[full] = where
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_size(value: Any) -> bool:
-    """[width, height], two positive integers (YAML lists; tuples from a manifest's resolved config)."""
-    return (isinstance(value, (list, tuple)) and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
-
-
-def _require(ok: bool, key: str, what: str, value: Any) -> None:
-    if not ok:
-        raise UserError(f"config {key} must be {what}, got {value!r}")
-
-
-def _check(config: dict[str, Any]) -> None:
-    """Type and range of every value, so a typo fails here and not deep inside the job."""
-    for key in ("window", "streams", "splits", "shard"):
-        _require(isinstance(config[key], dict), key, "a mapping", config[key])
-    _require(_is_number(config["fps"]) and config["fps"] > 0, "fps", "a positive number", config["fps"])
-    for key, low in (("stride", 1), ("seed", 0)):
-        _require(isinstance(config[key], int) and not isinstance(config[key], bool) and config[key] >= low,
-                 key, f"an integer >= {low}", config[key])
-    mvf = config["min_valid_fraction"]
-    _require(_is_number(mvf) and 0.0 <= mvf <= 1.0, "min_valid_fraction", "a number in [0, 1]", mvf)
-    _require(_is_number(config["max_gap_factor"]) and config["max_gap_factor"] > 0, "max_gap_factor",
-             "a positive number", config["max_gap_factor"])
-    _require(_is_number(config["max_episode_s"]) and config["max_episode_s"] > 0, "max_episode_s",
-             "a positive number (seconds)", config["max_episode_s"])
-    _require(isinstance(config["shuffle"], bool), "shuffle", "true or false", config["shuffle"])
-    for key in ("include", "exclude"):
-        value = config[key]
-        _require((value is None and key == "include") or (isinstance(value, list) and all(
-            isinstance(v, str) for v in value)), key, "a list of field names", value)
-    for key, choices in (("timestamps", ("repair", "reject")), ("float_dtype", FLOAT_DTYPES),
-                         ("on_bad_episode", ("fail", "skip"))):
-        _require(config[key] in choices, key, f"one of {', '.join(choices)}", config[key])
-    for name, stream in {"window": config["window"], **config["streams"]}.items():
-        where = "window" if name == "window" else f"streams.{name}"
-        _require(isinstance(stream, dict), where, "a mapping", stream)
-        unknown = set(stream) - STREAM_KEYS
-        if unknown:
-            raise UserError(f"unknown key(s) {sorted(unknown)} in config {where}",
-                            hint=f"known: {', '.join(sorted(STREAM_KEYS))}")
-        for key in ("rate_hz", "duration_s", "max_gap_s"):
-            if stream.get(key) is not None:
-                _require(_is_number(stream[key]) and stream[key] > 0, f"{where}.{key}", "a positive number",
-                         stream[key])
-        if "offset_s" in stream:
-            _require(_is_number(stream["offset_s"]), f"{where}.offset_s", "a number", stream["offset_s"])
-        if "pad" in stream:
-            _require(stream["pad"] in PADS, f"{where}.pad", "zero or edge", stream["pad"])
-        if "selection" in stream:
-            _require(stream["selection"] in ("nearest", "causal"), f"{where}.selection", "nearest or causal",
-                     stream["selection"])
-        if "encoding" in stream:
-            _require(stream["encoding"] in {*VIDEO_ENCODINGS, *IMAGE_ENCODINGS}, f"{where}.encoding",
-                     f"one of {', '.join(VIDEO_ENCODINGS)} (video) or {', '.join(IMAGE_ENCODINGS)} (image)",
-                     stream["encoding"])
-        if stream.get("resize") is not None:
-            _require(_is_size(stream["resize"]), f"{where}.resize", "[width, height] in pixels", stream["resize"])
-        if stream.get("crop") is not None:
-            _require(stream["crop"] == "center" or _is_size(stream["crop"]), f"{where}.crop",
-                     'null, "center" (with resize) or [width, height] in source pixels', stream["crop"])
-        if stream.get("interpolation") is not None:
-            _require(stream["interpolation"] in METHODS, f"{where}.interpolation", f"one of {', '.join(METHODS)}",
-                     stream["interpolation"])
-        if "dtype" in stream:  # streams only: `window` has no such default (_merge refuses it)
-            _require(stream["dtype"] in FLOAT_DTYPES, f"{where}.dtype", f"one of {', '.join(FLOAT_DTYPES)}",
-                     stream["dtype"])
-    shard = config["shard"]
-    for key, low in (("max_samples", 1), ("max_bytes", 4096), ("min_shards", 1)):
-        value = shard.get(key)
-        _require(isinstance(value, int) and not isinstance(value, bool) and value >= low, f"shard.{key}",
-                 f"an integer >= {low}", value)
-    layout = shard.get("layout", OPTIONAL_KEYS["shard.layout"])
-    _require(layout in LAYOUTS, "shard.layout", f"one of {', '.join(LAYOUTS)}", layout)
-    if layout == OPTIONAL_KEYS["shard.layout"]:
-        shard.pop("layout", None)  # the default: the same config (and job id) as leaving it out
-    rest = [name for name, rule in config["splits"].items() if rule == "rest"]
-    if len(rest) != 1:
-        raise UserError("config splits must name exactly one split as 'rest' (it gets the remaining episodes)")
+def _origin(origins: Mapping[str, str], key: str) -> str:
+    """Where `key` was set: its own entry or the nearest enclosing one ("" for a default value)."""
+    while key:
+        if key in origins:
+            return origins[key]
+        key = key.rpartition(".")[0]
+    return ""
 
 
 VIDEO_KEYS = {"selection", "encoding", "resize", "crop"}  # what only a camera (or, but selection, an image) takes
@@ -323,19 +252,27 @@ def stream_window(config: Mapping[str, Any], field: str, interpolation: str,
     """Resolve one field's window from `window` defaults and `streams.<field>`. An offset or duration
     within `SNAP_TOLERANCE_S` of a whole number of steps (1 / rate_hz) is taken as exactly that
     (`snap_notes` says which were)."""
-    merged = {**config["window"], **config["streams"].get(field, {})}
+    own = config["streams"].get(field, {})
+    merged = {**config["window"], **own}
+    duration_key = f"streams.{field}.duration_s" if "duration_s" in own else "window.duration_s"
+    rate_key = "fps" if merged["rate_hz"] is None else (
+        f"streams.{field}.rate_hz" if "rate_hz" in own else "window.rate_hz")
     rate = float(merged["rate_hz"] if merged["rate_hz"] is not None else config["fps"])
     duration = float(merged["duration_s"])
-    if rate <= 0 or duration <= 0:
-        raise UserError(f"config streams.{field}: rate_hz and duration_s must be positive")
+    if rate <= 0:  # load_config refuses both first; a config built otherwise (a manifest's) is checked here
+        raise config_error(rate_key, rate, "a positive number", "10", note=f"Hz of field {field!r}")
+    if duration <= 0:
+        raise config_error(duration_key, duration, "a positive number", "1.0", note=f"seconds of field {field!r}")
     snapped = snap_to_step(duration, rate)  # 0.5333 s at 30 Hz: 16 steps (LeRobot's 16 deltas)
     duration = snapped if snapped > 0 else duration
     steps_f = duration * rate
     steps = int(round(steps_f))
     if steps < 1 or abs(steps_f - steps) > 1e-6:
-        raise UserError(f"config streams.{field}: duration_s x rate_hz = {steps_f:g} is not a whole number of steps",
-                        hint=f"pick a duration that is a multiple of 1/rate_hz (within {SNAP_TOLERANCE_S:g} s of one "
-                             "is taken as that multiple)")
+        fixed = round(max(steps, 1) / rate, 9)
+        raise UserError(f"config {duration_key} is {duration:g} s, which at {rate_key} {rate:g} Hz is {steps_f:g} "
+                        f"steps of field {field!r}: not a whole number of steps",
+                        hint=f"give {duration_key} a multiple of 1/{rate:g} s (within {SNAP_TOLERANCE_S:g} s of one is taken "
+                             f"as that multiple), e.g. --set {duration_key}={fixed!r}")
     max_gap = merged.get("max_gap_s", declared_max_gap)
     return StreamWindow(rate_hz=rate, duration_s=duration, offset_s=snap_to_step(float(merged["offset_s"]), rate),
                         pad=str(merged["pad"]), steps=steps,

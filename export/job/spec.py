@@ -59,11 +59,11 @@ def resolve(store: Path | StoreLocation, config: dict[str, Any]) -> tuple[JobSpe
     schema = open_store(store)
     schema.raise_if_errors()
     include = config["include"]
-    unknown = set(include or []) | set(config["exclude"]) | set(config["streams"])
-    unknown -= set(schema.fields)
-    if unknown:
-        raise UserError(f"config names field(s) the store does not have: {sorted(unknown)}",
-                        hint=f"fields: {', '.join(sorted(schema.fields))}")
+    for key, named in (("include", include or []), ("exclude", config["exclude"]), ("streams", config["streams"])):
+        unknown = sorted(set(named) - set(schema.fields))
+        if unknown:
+            raise UserError(f"config {key} names field(s) the store does not have: {unknown}",
+                            hint=f"this store's fields: {', '.join(sorted(schema.fields))}")
     fields = [f for f in sorted(schema.fields) if (include is None or f in include) and f not in config["exclude"]]
     windows, videos, images, dtypes = {}, {}, {}, {}
     for name in fields:
@@ -80,7 +80,8 @@ def resolve(store: Path | StoreLocation, config: dict[str, Any]) -> tuple[JobSpe
         elif spec.kind == "image":
             images[name] = image_options(config, name)
     if not windows and not fields:
-        raise UserError("nothing to export: no fields selected", hint="check include/exclude")
+        raise UserError(f"config include/exclude select no field to export (include {include}, exclude "
+                        f"{config['exclude']})", hint="select at least one field; every field: --set include=null --set 'exclude=[]'")
     resolved = dict(config)
     # an output dtype override is recorded only where set: exports without one keep their manifest bytes
     resolved["streams"] = {n: {**w.__dict__, **({"dtype": dtypes[n]} if n in dtypes else {})}

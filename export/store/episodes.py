@@ -91,7 +91,8 @@ def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarr
     if len(rows) == 0:
         return None
     if rows.null_count:
-        raise EpisodeError(episode, name, "time series has null rows")
+        raise EpisodeError(episode, name, "time series has null rows",
+                           hint="every row must be [time, v1..vN]; write a missing value as NaN, not a null row")
     if isinstance(rows, pa.FixedSizeListArray):
         width = rows.type.list_size
         widths = np.full(len(rows), width)
@@ -105,7 +106,8 @@ def _series(column: pa.ListArray, row: int, episode: str, name: str) -> np.ndarr
                            hint="every row must be [time, v1..vN] with the same N")
     leaf = _flat(rows)
     if leaf.null_count and not pa.types.is_floating(leaf.type):
-        raise EpisodeError(episode, name, "integer time series has null values")
+        raise EpisodeError(episode, name, "integer time series has null values",
+                           hint="integers have no NaN: drop those rows, or store the values as floats (null = NaN)")
     flat = numpy_of(leaf)  # float nulls become NaN: missing samples
     return flat.reshape(len(rows), width)
 
@@ -343,7 +345,9 @@ class EpisodeLoader:
         ns = {n: a for n, a in data.streams.items() if self.schema.fields[n].time_unit == "ns"}
         for n, arr in list(ns.items()):
             if (arr.times if isinstance(arr, RawSeries) else arr).dtype.kind not in "iu":
-                error = EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column")
+                error = EpisodeError(data.episode_id, n, "time_unit ns needs an integer (int64) time column",
+                                     hint=f"store {n}'s times as int64 nanoseconds, or remove `time_unit: ns` "
+                                          "from store.yaml (float seconds)")
                 if problems is None:
                     raise error
                 problems.append(error)
