@@ -3,7 +3,8 @@
 Every rule is a row of a table (the key, what it takes, and a valid example value), and every refusal
 is `config_error`, so each bad value gets one error line (the key, the value, where it was set) and
 one fix line (what the key takes, and a `--set` item or config-file line that works). A key added to
-the config without a row here is not validated; docs/export-config.md lists the same keys.
+the config's DEFAULTS without a row here fails every export (a KeyError: a bug, found by any test);
+docs/export-config.md lists the same keys.
 """
 
 from __future__ import annotations
@@ -133,10 +134,10 @@ SPLIT_RULE = Rule(lambda v: v == "rest" or (_is_number(v) and 0.0 <= v <= 1.0) o
 
 def check(config: dict[str, Any], origin: Origin) -> None:
     """Type and range of every value, so a typo fails here and not deep inside the job. O(keys)."""
-    for key, rule in MAPPING_RULES.items():
+    for key, rule in MAPPING_RULES.items():  # first: the loops below read them
         rule.check(key, config[key], origin)
-    for key, rule in TOP_RULES.items():
-        rule.check(key, config[key], origin)
+    for key, value in config.items():  # a key of DEFAULTS without a rule is a KeyError: every export fails
+        (MAPPING_RULES.get(key) or TOP_RULES[key]).check(key, value, origin)
     for name, stream in {"window": config["window"], **config["streams"]}.items():
         where = "window" if name == "window" else f"streams.{name}"
         if name != "window":
@@ -149,10 +150,8 @@ def check(config: dict[str, Any], origin: Origin) -> None:
                             + f"known: {', '.join(sorted(STREAM_KEYS))}")
         for key, value in stream.items():
             STREAM_RULES[key].check(f"{where}.{key}", value, origin)
-    shard = config["shard"]
-    for key, rule in SHARD_RULES.items():
-        if key in shard or f"shard.{key}" not in OPTIONAL_KEYS:
-            rule.check(f"shard.{key}", shard.get(key), origin)
+    for key, value in config["shard"].items():  # every key is there (DEFAULTS), but the optional layout
+        SHARD_RULES[key].check(f"shard.{key}", value, origin)
     _check_splits(config["splits"], origin)
 
 
