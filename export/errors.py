@@ -55,7 +55,7 @@ def config_error(key: str, value: object, expected: str, example: str, origin: s
 def config_example(key: str, example: str, origin: str = "") -> str:
     """`example` as the user would write it for `key`: `--set KEY=VALUE` (shell-quoted when the value
     has spaces or brackets), or `a: {b: VALUE}` in the config file when that is where the value was."""
-    if origin and not origin.startswith("--set "):
+    if origin and not origin.startswith("--"):  # a config file (else a --set item or a flag)
         parts = key.split(".")
         nested = example
         for part in reversed(parts[1:]):

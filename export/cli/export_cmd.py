@@ -64,12 +64,14 @@ def executor_choice(args: argparse.Namespace) -> ExecutorChoice:
     return ExecutorChoice(args.executor, args.address)
 
 
-def overrides(args: argparse.Namespace) -> list[str]:
-    """`--set` pairs plus the shorthand flags, as config overrides (the flags win, being last)."""
-    extra = [f"{k}={v}" for k, v in (("fps", args.fps), ("stride", args.stride), ("seed", args.seed))
-             if v is not None]
+def overrides(args: argparse.Namespace) -> list[str | tuple[str, str]]:
+    """`--set` pairs plus the shorthand flags, as config overrides (the flags win, being last); a flag's
+    override carries the flag as typed, which an error about its value names."""
+    extra: list[str | tuple[str, str]] = [(f"{k}={v}", f"--{k} {v:g}") for k, v in
+                                          (("fps", args.fps), ("stride", args.stride), ("seed", args.seed))
+                                          if v is not None]
     if args.keep_order:
-        extra.append("shuffle=false")
+        extra.append(("shuffle=false", "--keep-order"))
     return [*args.overrides, *extra]
 
 

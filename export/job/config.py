@@ -10,7 +10,7 @@ import copy
 import difflib
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from robowds.export.core.windows import SNAP_TOLERANCE_S, StreamWindow, snap_to_step
 from robowds.export.errors import UserError, config_error
@@ -50,8 +50,11 @@ DEFAULTS: dict[str, Any] = {
 IMAGE_KEYS = {"encoding", "resize", "crop"}  # all an image field's `streams.<name>` entry may set
 
 
-def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
-    """Merge defaults, the YAML file and `key.path=value` overrides; check keys and value types."""
+def load_config(path: Path | None, overrides: Sequence[str | tuple[str, str]] = ()) -> dict[str, Any]:
+    """Merge defaults, the YAML file and `key.path=value` overrides; check keys and value types.
+
+    An override is `KEY=VALUE` (a `--set` item), or (`KEY=VALUE`, the flag that stands for it, e.g.
+    `--fps 5`): errors name where a value came from as the user wrote it."""
     config = copy.deepcopy(DEFAULTS)
     origins: dict[str, str] = {}  # dotted key -> the file or `--set` item that set it, for the error lines
     if path is not None:
@@ -68,7 +71,8 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
         if isinstance(user.get("splits"), dict):
             config["splits"] = {}  # a file's splits replace the default {train: rest}; --set merges
         _merge(config, user, str(path), origins)
-    for item in overrides:
+    for override in overrides:
+        item, label = override if isinstance(override, tuple) else (override, f"--set {override}")
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise UserError(f"override {item!r} is not KEY=VALUE", hint="e.g. --set streams.joints.rate_hz=50")
@@ -81,12 +85,12 @@ def load_config(path: Path | None, overrides: list[str] = ()) -> dict[str, Any]:
         for part in parts[:-1]:
             cursor = cursor.setdefault(part, {})
         try:
-            cursor[parts[-1]] = load_text(raw, f"--set {item}")
+            cursor[parts[-1]] = load_text(raw, label)
         except YamlError as exc:
-            raise UserError(f"--set {item}: the value is {exc.reason}",
+            raise UserError(f"{label}: the value is {exc.reason}",
                             hint="quote it or fix the YAML, e.g. --set 'streams.cam.resize=[224, 224]'"
                             ) from exc
-        _merge(config, node, f"--set {item}", origins)
+        _merge(config, node, label, origins)
     _as_ints(config)
     check(config, lambda key: _origin(origins, key))
     if config["shard"].get("layout") == OPTIONAL_KEYS["shard.layout"]:
