@@ -58,5 +58,6 @@ def test_a_duration_farther_than_the_tolerance_from_whole_steps_is_refused() -> 
     config = load_config(None, ["fps=30", "streams.action.duration_s=0.533"])  # 3.3e-4 s short of 16 steps
     with pytest.raises(UserError) as caught:
         stream_window(config, "action", "linear", None)
-    assert "duration_s x rate_hz = 15.99 is not a whole number of steps" in caught.value.message
+    assert caught.value.message == ("config streams.action.duration_s is 0.533 s, which at fps 30 Hz is 15.99 steps "
+                                    "of field 'action': not a whole number of steps")
     assert "within 0.0001 s of one is taken as that multiple" in caught.value.hint
