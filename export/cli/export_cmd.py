@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, "
                         "and only once the new export is complete; your own files stay)")
+    p.add_argument("--break-lock", action="store_true",
+                   help="with OUT at a URL: first delete the lock object (.robowds-lock) a killed export on "
+                        "another machine left; only once you know that export no longer runs")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON document on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=run)
@@ -92,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
                         f"{args.out}/.robowds-work)", hint="drop --work-dir")
     summary = run_export(store, out, config, workers=args.workers, overwrite=args.overwrite,
                          progress=not (args.quiet or args.json), executor=choice,
-                         out_storage_options=storage_options(args), work_dir=args.work_dir)
+                         out_storage_options=storage_options(args), work_dir=args.work_dir,
+                         break_lock=args.break_lock)
     print(json.dumps(summary.to_json(), indent=1) if args.json else summary.line())
     return 0

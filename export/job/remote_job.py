@@ -44,6 +44,7 @@ from tqdm import tqdm
 from robowds.export.errors import UserError
 from robowds.export.job.energon import FILES as ENERGON_FILES
 from robowds.export.job.energon import NV_META, energon_files
+from robowds.export.job.out_lock import LOCK_NAME
 from robowds.export.job.publish import READY, nv_meta_warnings, owned_files, shard_indexes, wids_index
 from robowds.export.job.remote_out import RemoteOut
 from robowds.export.job.shards import ShardTask
@@ -144,6 +145,12 @@ def _discard(out: RemoteOut, old: dict[str, Any] | None, listing: dict[str, int]
     _clear_work(out, listing)
 
 
+def abandon_remote(state: RemoteState) -> None:
+    """Give up this job's uploads (its store changed under it): what it uploaded that no manifest
+    lists, and its work prefix; the old export, if any, stays as it is."""
+    _discard(state.out, state.old, state.out.listing())
+
+
 def _job_of(doc: bytes | None) -> str | None:
     """The job id in a `job.json`; None when it is missing or damaged (then its work is discarded)."""
     try:
@@ -157,7 +164,7 @@ def prepare_remote(out: RemoteOut, job_id: str, overwrite: bool) -> RemoteState 
     """Decide whether the URL may take this export before changing anything there (the rules of the
     local `_prepare_out`); returns the job's state, or the manifest of a finished export of this job."""
     finished = finish_remote_publish(out)
-    listing = out.listing()
+    listing = {rel: size for rel, size in out.listing().items() if rel != LOCK_NAME}  # ours, held by this job
     old = read_remote_manifest(out)
     work = {rel for rel in listing if rel.startswith(WORK + "/")}
     if old is None and JOB not in work and len(work) < len(listing):
@@ -169,7 +176,7 @@ def prepare_remote(out: RemoteOut, job_id: str, overwrite: bool) -> RemoteState 
     same_job = JOB in work and _job_of(out.get(JOB)) == job_id
     if work and not same_job:
         _discard(out, old, listing)  # a partial upload of another store/config: useless
-        listing, work = out.listing(), set()
+        listing, work = {rel: size for rel, size in out.listing().items() if rel != LOCK_NAME}, set()
     if old is not None and old.get("job_id") == job_id and (finished or not overwrite):
         _clear_work(out, listing)
         return old

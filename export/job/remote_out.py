@@ -135,6 +135,47 @@ class RemoteOut:
     def put(self, rel: str, data: bytes) -> None:
         self._retry("write", rel, lambda: self.fs.pipe_file(self._key(rel), data))
 
+    def create(self, rel: str, data: bytes) -> bool:
+        """PUT `data` only if no object is at `rel` (a conditional put, `If-None-Match: *` on S3);
+        False when one is there. A retried attempt whose first try landed also answers False: the
+        caller reads the object to tell (remote_lock.py does, by its token)."""
+        def call() -> bool:
+            try:
+                self.fs.pipe_file(self._key(rel), data, mode="create")
+            except FileExistsError:
+                return False
+            return True
+        return self._retry("write", rel, call)
+
+    def delete_if(self, rel: str, etag: str | None) -> bool:
+        """Delete `rel` only while its ETag is `etag` (S3's conditional delete, `If-Match`); False when
+        it changed (another writer replaced it). Where the backend has no conditional delete (not S3),
+        or `etag` is unknown, a plain delete."""
+        def call() -> bool:
+            call_s3 = getattr(self.fs, "call_s3", None)
+            if call_s3 is None or not etag:
+                self.fs.rm(self._key(rel))
+                return True
+            bucket, key, _ = self.fs.split_path(self._key(rel))
+            try:
+                call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=etag)
+            except (FileExistsError, FileNotFoundError):  # s3fs's names for PreconditionFailed / gone
+                return False
+            return True
+        return self._retry("delete", rel, call)
+
+    def etag(self, rel: str) -> str | None:
+        """The object's ETag (None when there is none, or the backend has none)."""
+        def call() -> str | None:
+            try:
+                info = self.fs.info(self._key(rel), refresh=True)
+            except FileNotFoundError as exc:
+                if "bucket" in str(exc).lower():
+                    raise
+                return None
+            return info.get("ETag") or info.get("etag")
+        return self._retry("read", rel, call)
+
     def upload(self, local: Path, rel: str) -> None:
         """A local file to `rel`: one PUT, or a multipart upload for large files; either way the object
         appears only once complete."""

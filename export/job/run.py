@@ -17,6 +17,7 @@ then the journal `publish.json`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -30,12 +31,14 @@ from robowds.export import __version__
 from robowds.export.errors import UserError
 from robowds.export.job.config import snap_notes
 from robowds.export.job.executor import LOCAL, ExecutorChoice
+from robowds.export.job.out_lock import LOCK_NAME, OutLock
 from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
 from robowds.export.job.profile import JobProfile
 from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
-from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader, default_work_root, local_work_dir,
-                                           pending, prepare_remote, publish_remote)
+from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader, abandon_remote, default_work_root,
+                                           local_work_dir, pending, prepare_remote, publish_remote)
+from robowds.export.job.remote_lock import RemoteLock
 from robowds.export.job.remote_out import RemoteOut, is_url
 from robowds.export.job.report import SplitStats, build_manifest, report_warnings
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
@@ -43,7 +46,7 @@ from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.store.episodes import drop_row_groups
 from robowds.export.store.location import StoreLocation, store_location
-from robowds.export.store.schema import fingerprint
+from robowds.export.store.schema import STORE_YAML, fingerprint
 
 WORK_DIR = ".robowds-work"
 EPISODES_PER_TASK = 8
@@ -99,7 +102,7 @@ def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | dict[str, An
         raise UserError(f"output folder {out} is a file", hint="choose an empty or new folder")
     finished = finish_publish(out, work)  # a publish killed midway is completed first: its journal is ours
     doc = read_manifest(out)
-    if doc is None and not work.is_dir() and out.exists() and any(out.iterdir()):
+    if doc is None and not work.is_dir() and out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
         raise UserError(f"output folder {out} is not empty and holds no robowds export",
                         hint="choose an empty or new folder (robowds never replaces files it did not write)")
     if doc is not None and doc.get("job_id") == job_id and (finished or not overwrite):
@@ -142,15 +145,21 @@ def _batches(items: list[str], size: int) -> Iterable[list[str]]:
 
 def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[str, Any], workers: int = 1,
                overwrite: bool = False, progress: bool = True, executor: ExecutorChoice = LOCAL,
-               out_storage_options: dict[str, Any] | None = None, work_dir: Path | None = None) -> Summary:
+               out_storage_options: dict[str, Any] | None = None, work_dir: Path | None = None,
+               break_lock: bool = False) -> Summary:
     """`executor` picks where the tasks run (the bytes are the same for every choice); `workers` is the
     process pool's size, or the CPUs of a new local Ray instance. `store`: a folder, or a `StoreLocation`
     (an fsspec URL and its storage options: `store_location("s3://bucket/store", {...})`). `out`: a folder,
     or an fsspec URL string (`"s3://bucket/prefix"`, with `out_storage_options`), whose job works in a local
-    folder under `work_dir` (default: the user's cache; `remote_job.local_work_dir`)."""
+    folder under `work_dir` (default: the user's cache; `remote_job.local_work_dir`). The job holds OUT's
+    lock (`out_lock.py`, `remote_lock.py`) from before it looks at OUT until it returns; `break_lock`
+    (an output URL only) first deletes a lock a crashed export on another machine left there."""
     began, profile = time.perf_counter(), JobProfile()
     executor.check_available()  # before anything is written
     remote = RemoteOut(str(out), out_storage_options) if is_url(out) else None
+    if break_lock and remote is None:
+        raise UserError(f"--break-lock is for an output URL; {out} is a folder, whose lock the system frees when "
+                        f"its export dies (a held one belongs to a running export)", hint="drop --break-lock")
     store, out = store_location(store), (out if remote else Path(out).resolve())
     if store.local and remote is None:
         store = StoreLocation(str(store.path.resolve()))
@@ -160,6 +169,27 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
     notes = tuple(snap_notes(config, resolved))
     source = fingerprint(store)
     job_id = _job_id(source, resolved)
+    lock: OutLock | RemoteLock = OutLock(out) if remote is None else RemoteLock(remote, break_lock)
+    try:
+        lock.acquire()
+    except OSError as exc:  # OUT under a file, read-only, no permission
+        raise os_error(exc, "export", out) from exc
+    try:
+        summary = _export_locked(store, out, remote, config, job, resolved, source, job_id, workers, overwrite,
+                                 progress, executor, work_dir, began, profile, notes)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the export's own error is the one to report
+            lock.release()
+        raise
+    lock.release()
+    return summary
+
+
+def _export_locked(store: StoreLocation, out: Path | str, remote: RemoteOut | None, config: dict[str, Any],
+                   job: JobSpec, resolved: dict[str, Any], source: str, job_id: str, workers: int,
+                   overwrite: bool, progress: bool, executor: ExecutorChoice, work_dir: Path | None,
+                   began: float, profile: JobProfile, notes: tuple[str, ...]) -> Summary:
+    """`run_export` once it holds OUT's lock: prepare OUT (or find it up to date), then run the job."""
     try:
         work, state = (_prepare_out(out, job_id, overwrite), None) if remote is None else \
             _prepare_remote_out(remote, job_id, overwrite, work_dir)
@@ -175,7 +205,7 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
     job = replace(job, work=str(work), source=source)
     try:
         return replace(_run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor,
-                            profile, state), notes=notes)
+                            profile, state, store), notes=notes)
     except OSError as exc:
         raise os_error(exc, "export", out if remote is None else work, work) from exc
     except UserError as exc:
@@ -185,9 +215,32 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
         raise UserError(exc.message, hint="; ".join(filter(None, [exc.hint, note])), exit_code=exc.exit_code) from exc
 
 
+def check_store_unchanged(store: StoreLocation, source: str, work: Path, remote: RemoteState | None) -> None:
+    """Refuse to publish when the store changed while the job read it: the windows could then hold
+    new data under a manifest whose `source` fingerprint names the old store (or a mix of both).
+
+    Called once every task has read what it needs, so equal fingerprints mean every read saw the
+    store the manifest names. What the job built is discarded (the local work folder; with an output
+    URL, the objects it uploaded that no manifest lists): it is keyed by the old fingerprint, and a
+    re-run against a store changed back would otherwise resume from episodes staged from the new
+    data. Cost: one more read of the store's tables and one listing of its files (media files count
+    by path and size, `schema.fingerprint`), small next to the export's reads of the media."""
+    now = fingerprint(store)
+    if now == source:
+        return
+    if remote is not None:
+        abandon_remote(remote)
+    remove_work(work)
+    raise UserError(f"store {store} changed during the export (its fingerprint went from {source[:12]} to "
+                    f"{now[:12]}: a table, {STORE_YAML} or a media file's size differs), so the windows could mix "
+                    f"old and new data; nothing was published and the output is as it was before",
+                    hint="re-run the export once nothing writes to the store any more (this run's work was "
+                         "discarded: it read both versions)")
+
+
 def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source: str, job_id: str, out: Path | str,
          work: Path, workers: int, progress: bool, began: float, choice: ExecutorChoice,
-         profile: JobProfile, remote: RemoteState | None = None) -> Summary:
+         profile: JobProfile, remote: RemoteState | None = None, store: StoreLocation | None = None) -> Summary:
     """Map, reduce and publish into a prepared work folder (and with `remote`, upload and publish there)."""
     schema = job.schema
     profile.lap("plan")  # resolve, fingerprint, prepare OUT
@@ -238,6 +291,9 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         if uploads:
             uploads.close()
     profile.lap("pool close")
+    if store is not None:
+        check_store_unchanged(store, source, work, remote)
+    profile.lap("store check")
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
