@@ -32,6 +32,7 @@ NEW = ["--fps", "5", "--set", "shard.max_samples=100", "--set", "shard.min_shard
 USER_FILES = {"NOTES.md": b"# my notes\n", ".nv-meta/dataset.yaml": b"__module__: megatron.energon\n",
               ".nv-meta/index.sqlite": bytes(range(256)), "train/foo.tar": b"not ours\n"}
 WORK = ".robowds-work/"
+LOCK = ".robowds-lock"
 
 
 def tree_bytes(out: Path) -> dict[str, str]:
@@ -41,8 +42,8 @@ def tree_bytes(out: Path) -> dict[str, str]:
 
 
 def visible(out: Path) -> dict[str, str]:
-    """`tree_bytes` without robowds' work folder."""
-    return {k: v for k, v in tree_bytes(out).items() if not k.startswith(WORK)} if out.exists() else {}
+    """`tree_bytes` without robowds' work folder and lock file (a killed export leaves it, unlocked)."""
+    return {k: v for k, v in tree_bytes(out).items() if not k.startswith(WORK) and k != LOCK} if out.exists() else {}
 
 
 def export(store: Path, out: Path, *options: str) -> int:

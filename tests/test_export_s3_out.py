@@ -106,8 +106,9 @@ def test_export_to_s3_equals_a_local_export_byte_for_byte(store: Path, expected:
     assert len(shards) == 5 and shard_puts == sorted(f"/robots/same/{k}" for k in shards)  # each once
     assert list(work.iterdir()) == []  # the job's local work folder is gone, DIR is kept
     proxy.configure(None)
-    assert export_s3(store, "s3://robots/same", options, work) == 0  # up to date: writes nothing
-    assert [m for (m, _p) in proxy.requests if m in ("PUT", "POST", "DELETE")] == []
+    assert export_s3(store, "s3://robots/same", options, work) == 0  # up to date: writes only its lock
+    assert sorted((m, p) for (m, p) in proxy.requests if m in ("PUT", "POST", "DELETE")) == [
+        ("DELETE", "/robots/same/.robowds-lock"), ("PUT", "/robots/same/.robowds-lock")]
     # the reader trains from the URL: each split yields as many samples as its shards hold
     for split, count in (("train", 28), ("val", 8)):
         remote = [s["__key__"] for s in ShardDataset("s3://robots/same", split, shuffle=False, storage_options=options)]
@@ -173,6 +174,7 @@ def test_killed_runs_leave_a_complete_export_or_none_and_each_rerun_uploads_only
     # killed once a first shard is uploaded
     after_kill, _ = kill_when(proxy, "kill", command("first"), lambda keys: any(k.endswith(".tar") for k in keys))
     assert "manifest.json" not in after_kill
+    assert ".robowds-lock" in after_kill  # a SIGKILLed run's lock stays: the re-runs here take it over
     for rel in ("train.wids.json", ".nv-meta/split.yaml"):
         assert rel not in after_kill  # published only with the manifest
     uploaded = sorted(k for k in after_kill if k.endswith(".tar"))
@@ -218,7 +220,8 @@ def test_permanent_failures_are_one_message_naming_the_url(store: Path, proxy: F
     err = capsys.readouterr().err
     assert "error: cannot write s3://robots/denied/train/shard-00000" in err and "access denied" in err
     assert "fix: use credentials that may list, read, write and delete objects" in err
-    assert "manifest.json" not in remote_tree(proxy, "denied")
+    assert "manifest.json" not in (denied := remote_tree(proxy, "denied"))
+    assert ".robowds-lock" not in denied  # released when the export failed
     proxy.configure(None)
     assert export_s3(store, "s3://nobucket/x", s3[1], tmp_path / "work") == 2
     err = capsys.readouterr().err
@@ -232,7 +235,7 @@ def test_permanent_failures_are_one_message_naming_the_url(store: Path, proxy: F
     anonymous = {k: v for k, v in s3[1].items() if k not in ("key", "secret")}
     assert export_s3(store, "s3://robots/nocreds", anonymous, tmp_path / "work") == 2
     err = capsys.readouterr().err
-    assert "error: cannot read s3://robots/nocreds/" in err and ": no credentials (NoCredentialsError" in err
+    assert "error: cannot write s3://robots/nocreds/.robowds-lock: no credentials (NoCredentialsError" in err
     assert "fix: set AWS_ACCESS_KEY_ID" in err
 
 
@@ -374,3 +377,79 @@ def test_the_local_disk_needs_room_only_for_the_shards_in_flight(
         watcher.join()
     assert remote_tree(proxy, "room") == local
     assert 0 < most[0] <= at_once, most[0]
+
+
+def test_a_locked_url_is_refused_a_dead_owners_lock_is_taken_over_and_break_lock_frees_it(
+        store: Path, expected: dict[str, bytes], proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 9 of issue 22 for an output URL: the lock object `.robowds-lock`, made by a conditional put."""
+    import socket
+
+    from robowds.export.job.out_lock import LockOwner, pid_namespace
+
+    options, client, key = s3[1], moto_client(proxy), "locked/.robowds-lock"
+    here, ns = socket.gethostname(), pid_namespace()
+    elsewhere = LockOwner(4242, "gpu-7", time.time() - 3 * 3600, "pid:[1]", "a1").to_bytes()
+    client.put_object(Bucket=BUCKET, Key=key, Body=elsewhere)  # a crashed export on another machine
+    capsys.readouterr()
+    assert export_s3(store, "s3://robots/locked", options, tmp_path / "work") == 2
+    err = capsys.readouterr().err
+    assert "error: another robowds export is writing s3://robots/locked (pid 4242 on host gpu-7, since " in err
+    assert "(3.0 h ago)); two exports into one output would mix their shards" in err
+    assert ("fix: wait for that export to finish, or export to another URL; if it is no longer running (killed, "
+            "or its machine crashed), re-run with --break-lock, which deletes s3://robots/locked/.robowds-lock") in err
+    assert remote_tree(proxy, "locked") == {".robowds-lock": elsewhere}  # nothing written
+    live = LockOwner(os.getpid(), here, time.time(), ns, "b2").to_bytes()  # a running export on this machine
+    client.put_object(Bucket=BUCKET, Key=key, Body=live)
+    assert export_s3(store, "s3://robots/locked", options, tmp_path / "work") == 2
+    assert f"(pid {os.getpid()} on host {here}, since " in capsys.readouterr().err
+    client.put_object(Bucket=BUCKET, Key=key, Body=elsewhere)
+    assert export_s3(store, "s3://robots/locked", options, tmp_path / "work", "--break-lock") == 0
+    got = remote_tree(proxy, "locked")  # the lock is released with the export: nothing but the export
+    assert sorted(got) == sorted(expected) and {k for k, v in got.items() if v != expected[k]} == set()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    client.put_object(Bucket=BUCKET, Key=key, Body=LockOwner(gone.pid, here, time.time(), ns, "c3").to_bytes())
+    assert export_s3(store, "s3://robots/locked", options, tmp_path / "work") == 0  # provably dead: taken over
+    assert sorted(remote_tree(proxy, "locked")) == sorted(expected)
+    client.put_object(Bucket=BUCKET, Key=key, Body=b"mine")  # not robowds': never deleted
+    assert export_s3(store, "s3://robots/locked", options, tmp_path / "work", "--break-lock") == 2
+    assert "fix: s3://robots/locked/.robowds-lock is not a robowds lock: move it away and re-run" in \
+        capsys.readouterr().err
+    assert remote_tree(proxy, "locked")[".robowds-lock"] == b"mine"
+    assert main(["export", str(store), str(tmp_path / "local"), *SETTINGS, "--break-lock"]) == 2
+    assert "--break-lock is for an output URL" in capsys.readouterr().err
+
+
+def test_ctrl_c_releases_the_lock_object(store: Path, proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]],
+                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real SIGINT (Ctrl-C) to this process the moment the export's lock object appears (its PUT's
+    answer may still be on its way): the export stops, publishes nothing, and deletes its lock."""
+    import threading
+
+    client = moto_client(proxy)  # around the proxy: sees the object as soon as moto has it
+    proxy.configure(None, latency_s=0.05)  # the export has seconds of requests left when the signal lands
+    fired = threading.Event()
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not fired.is_set():
+            if client.list_objects_v2(Bucket=BUCKET, Prefix="intr/.robowds-lock").get("KeyCount"):
+                fired.set()
+                os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt in the main thread
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=interrupt, daemon=True)
+    watcher.start()
+    try:
+        code = export_s3(store, "s3://robots/intr", s3[1], tmp_path / "work")
+    except KeyboardInterrupt:  # only if the export had already returned: the test fails, the session goes on
+        code = -1
+    finally:
+        fired.set()
+        watcher.join()
+        proxy.configure(None)
+    assert code == 130  # main's exit for Ctrl-C
+    assert "interrupted; re-run the same command to resume" in capsys.readouterr().err
+    got = remote_tree(proxy, "intr")
+    assert "manifest.json" not in got and ".robowds-lock" not in got

@@ -63,22 +63,23 @@ class RemoteLock:
     def acquire(self) -> None:
         """Take the lock or raise the UserError naming its holder, its age and the fix."""
         data, may_break = self.owner.to_bytes(), self.break_lock
+        self._held = True  # until refused: release() deletes the object only if it holds our token
         for _ in range(3):  # a lock deleted (released, or stale and taken over) between our tries
             if self.out.create(LOCK_NAME, data):
-                self._held = True
                 return
             etag = self.out.etag(LOCK_NAME)
             holder = LockOwner.parse(self.out.get(LOCK_NAME))
             if holder is not None and holder.token == self.owner.token:
-                self._held = True  # our own PUT landed, its answer was lost and the retry found it
-                return
+                return  # our own PUT landed, its answer was lost and the retry found it
             if etag is None:
                 continue  # gone meanwhile: try again
             if holder is not None and (may_break or _dead_here(holder)):
                 self.out.delete_if(LOCK_NAME, etag)  # False: replaced meanwhile; the next create decides
                 may_break = False  # --break-lock breaks the lock it was given for, never a newer one
                 continue
+            self._held = False
             raise self._held_by(holder)
+        self._held = False
         raise self._held_by(LockOwner.parse(self.out.get(LOCK_NAME)))
 
     def _held_by(self, holder: LockOwner | None) -> Exception:

@@ -8,6 +8,10 @@ so an export already in OUT stays intact and readable while the new one is built
 renames with the manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips
 finished steps and, because every step is deterministic, ends byte-identical.
 
+One export at a time: the job holds OUT's lock (`out_lock.py`; an output URL's lock object,
+`remote_lock.py`) from before it looks at OUT until it returns, and before publishing it takes the
+store's fingerprint again (`check_store_unchanged`): a store changed while it was read publishes nothing.
+
 What the work folder holds tells which phase a run reached (the SIGKILL test in
 tests/test_export_e2e.py reads it so): `job.json` from the start; map: `ep-N.bin` / `ep-N.rec` per
 staged episode; reduce: `shards/*.json` records, `tmp/` temp shards, `ready/<split>/shard-N.tar`;
@@ -171,10 +175,10 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
     job_id = _job_id(source, resolved)
     lock: OutLock | RemoteLock = OutLock(out) if remote is None else RemoteLock(remote, break_lock)
     try:
-        lock.acquire()
-    except OSError as exc:  # OUT under a file, read-only, no permission
-        raise os_error(exc, "export", out) from exc
-    try:
+        try:
+            lock.acquire()  # inside: a Ctrl-C while its PUT is in flight still deletes the lock object
+        except OSError as exc:  # OUT under a file, read-only, no permission
+            raise os_error(exc, "export", out) from exc
         summary = _export_locked(store, out, remote, config, job, resolved, source, job_id, workers, overwrite,
                                  progress, executor, work_dir, began, profile, notes)
     except BaseException:
