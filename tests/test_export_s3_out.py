@@ -453,3 +453,24 @@ def test_ctrl_c_releases_the_lock_object(store: Path, proxy: FaultProxy, s3: tup
     assert "interrupted; re-run the same command to resume" in capsys.readouterr().err
     got = remote_tree(proxy, "intr")
     assert "manifest.json" not in got and ".robowds-lock" not in got
+
+
+def test_a_store_changed_during_an_export_to_a_url_leaves_nothing_there(
+        proxy: FaultProxy, s3: tuple[FaultProxy, dict[str, Any]], tmp_path: Path) -> None:
+    """Item 10 of issue 22 for an output URL: the shards it uploaded (read from both versions of the
+    store) are deleted with its work prefix and its lock; no manifest."""
+    from robowds.export.errors import UserError
+    from robowds.export.job.config import load_config
+    from robowds.export.job.run import run_export
+
+    from test_out_lock import RewritesTheStore
+
+    root = tmp_path / "store"
+    write_synthetic_store(root, episodes=3, seed=2)
+    config = load_config(None, ["stride=8", "shard.max_samples=8", "shard.min_shards=1", "exclude=[overview]"])
+    with pytest.raises(UserError, match=f"^store {root} changed during the export"):
+        run_export(root, "s3://robots/changed", config, progress=False, out_storage_options=s3[1],
+                   work_dir=tmp_path / "work", executor=RewritesTheStore(table=str(root / "trajectories.parquet")))
+    assert [p for (m, p) in proxy.requests if m == "PUT" and p.endswith(".tar")]  # it had uploaded shards
+    assert remote_tree(proxy, "changed") == {}
+    assert list((tmp_path / "work").iterdir()) == []
