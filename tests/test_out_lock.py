@@ -103,6 +103,7 @@ def _wait_for(what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes
         time.sleep(0.005)
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process group from /proc (Linux)")
 def test_two_real_exports_one_wins_and_a_killed_exports_workers_do_not_keep_the_lock(
         store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Export A (a `robowds export` process, a pool of 2 workers) is stopped while it holds the lock:
