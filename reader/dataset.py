@@ -22,6 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.batching import SlotPool, SlotSpec
 from robowds.reader.collation import Collate
+from robowds.reader.cursor import DATASET_KEYS, as_cursor, check_export, check_keys, check_progress, export_id
 from robowds.reader.emit import planned_items
 from robowds.reader.fetch import MAX_REQUEST_BYTES
 from robowds.reader.format import ShardFormatError
@@ -103,6 +104,7 @@ class ShardDataset(IterableDataset):
         self.retry = retry or RetryPolicy()  # remote reads: attempts and backoff (reader/remote.py)
         self.manifest, self.base = load_manifest(source, storage_options, self.retry)
         self.split = split
+        self.export_id = export_id(self.manifest)  # what the cursor records of the export (reader/cursor.py)
         self.shards = shards_of(self.manifest, split)
         self.counts = tuple(s.samples for s in self.shards)
         self._first: list[int] = [0, *itertools.accumulate(self.counts)]  # [S+1] first sample id of each shard
@@ -177,23 +179,32 @@ class ShardDataset(IterableDataset):
         return {"version": STATE_VERSION, "split": self.split, "samples": self._first[-1], "seed": self.seed,
                 "shuffle": self.shuffle, "block": self.block, "policy": self.policy, "batch_size": self.batch_size,
                 "epoch": self.epoch, "consumed": int(self.start if consumed is None else consumed),
-                "world_size": self.world_size, "history": [[t.world_size, t.consumed] for t in self.history]}
+                "world_size": self.world_size, "history": [[t.world_size, t.consumed] for t in self.history],
+                "export": self.export_id}
 
     def load_cursor(self, state: dict[str, Any]) -> None:
-        """Continue where `state` stopped; a different world size re-plans the rest of the epoch."""
+        """Continue where `state` stopped; a different world size re-plans the rest of the epoch.
+
+        `state` is checked first (`reader/cursor.py`): each key present, of its type and range, no
+        unknown key, `consumed` within the epoch as the saved topology split it, and saved on this
+        export (its `export` key: a cursor saved before robowds recorded it loads unchecked)."""
+        state = as_cursor(state, "cursor")
         version = state.get("version")
+        if version not in (1, STATE_VERSION):
+            raise ValueError(f"cursor version {version!r} is not {STATE_VERSION}")
+        check_keys(state, DATASET_KEYS, "cursor")
         same_order = version == 1 and (not state.get("shuffle") or (not state.get("consumed") and not state.get("history")))
         if version == 1 and not same_order:
             raise ValueError(
                 f"this cursor (version 1) was saved in the middle of epoch {state.get('epoch')} by an earlier robowds "
                 "whose shuffled order differs from this one's: resuming it would repeat some samples of that epoch and "
-                f"skip others. Start the next epoch instead: a new dataset with set_epoch({state.get('epoch', 0) + 1})")
-        if version != STATE_VERSION and not same_order:
-            raise ValueError(f"cursor version {version!r} is not {STATE_VERSION}")
+                f"skip others. Start the next epoch instead: a new dataset with set_epoch({state['epoch'] + 1})")
+        check_export(state.get("export"), self.export_id, "cursor", "export", state["epoch"])
         mine = self.cursor()
         for key in ("split", "samples", "seed", "shuffle", "block", "policy"):
             if state[key] != mine[key]:
                 raise ValueError(f"cursor was saved with {key}={state[key]!r}, this dataset has {mine[key]!r}")
+        check_progress(state, self._first[-1], "cursor")
         self.epoch = int(state["epoch"])
         history = tuple(Topology(int(w), int(c)) for w, c in state["history"])
         if int(state["world_size"]) == self.world_size:  # positions do not depend on workers or batch size
@@ -208,14 +219,14 @@ class ShardDataset(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_cursor(state)
-        if self.start == int(state["consumed"]) and "worker" in state:
-            if int(state["worker"]["yielded"]) and int(state.get("batch_size", self.batch_size)) != self.batch_size:
+        if self.start == state["consumed"] and "worker" in state:
+            if state["worker"]["yielded"] and state["batch_size"] != self.batch_size:
                 raise ValueError(  # a worker's progress is in its own round-robin batches of the old size
                     f"this StatefulDataLoader worker state was saved with batch_size={state['batch_size']}, this "
                     f"dataset has batch_size={self.batch_size}: each worker's progress counts its own batches, "
                     "which another batch size deals to other positions. Resume with the same batch size, or use "
                     "ShardLoader, whose cursor counts samples and continues with any batch size")
-            self._yielded = int(state["worker"]["yielded"])
+            self._yielded = state["worker"]["yielded"]
 
     # -- reading ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:

@@ -103,4 +103,6 @@ class ShardLoader:
         return self.dataset.cursor()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where `state` stopped; the dataset checks it first (every key, the export it was
+        saved on: `reader/cursor.py`), so a wrong cursor is one ValueError naming the key."""
         self.dataset.load_cursor(state)

@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
+from robowds.reader.cursor import MIXTURE_KEYS, as_cursor, check_export, check_keys, check_progress, export_id, \
+    exports_hash
 from robowds.reader.dataset import ShardDataset, Transform, resolve_topology, sample_rng
 from robowds.reader.emit import planned_items
 from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
@@ -105,6 +107,7 @@ class Mixture(IterableDataset):
         self.fill = [{k: v for k, v in every.items() if k not in mine} if fill_missing else {} for mine in own]
         self.length_per_epoch = int(samples_per_epoch) if samples_per_epoch is not None else sum(self.sizes)
         self.seed, self.block, self.policy = int(seed), int(block), policy
+        self.exports = exports_hash([export_id(ds.manifest) for ds in self.datasets])  # what the cursor records
         self.rank, self.world_size = resolve_topology(rank, world_size)
         self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor (as ShardDataset's)
@@ -169,25 +172,32 @@ class Mixture(IterableDataset):
             self.set_epoch(finished + 1)
 
     def cursor(self, consumed: int | None = None) -> dict[str, Any]:
-        """JSON-serialisable; ~250 bytes whatever the number of sources (the configuration is hashed)."""
+        """JSON-serialisable; ~270 bytes whatever the number of sources (configuration and exports hashed)."""
         return {"version": MIX_STATE_VERSION, "kind": "mixture", "config": self.config_hash(),
                 "samples_per_epoch": self.length_per_epoch, "seed": self.seed, "block": self.block,
                 "policy": self.policy, "batch_size": self.batch_size, "epoch": self.epoch,
                 "consumed": int(self.start if consumed is None else consumed), "world_size": self.world_size,
-                "history": [[t.world_size, t.consumed] for t in self.history]}
+                "history": [[t.world_size, t.consumed] for t in self.history], "exports": self.exports}
 
     def load_cursor(self, state: dict[str, Any]) -> None:
         """Continue where `state` stopped: another batch size or worker count needs nothing (the cursor
-        counts positions); another world size re-plans the rest of the epoch (elastic)."""
+        counts positions); another world size re-plans the rest of the epoch (elastic).
+
+        `state` is checked first (`reader/cursor.py`), as `ShardDataset.load_cursor` checks its own; the
+        sources' exports through the `exports` hash (a cursor saved before it was recorded loads unchecked)."""
+        state = as_cursor(state, "mixture cursor")
         if state.get("kind") != "mixture" or state.get("version") != MIX_STATE_VERSION:
             raise ValueError(f"not a mixture cursor of version {MIX_STATE_VERSION}: {state.get('kind')!r}, "
                              f"version {state.get('version')!r}")
+        check_keys(state, MIXTURE_KEYS, "mixture cursor")
+        check_export(state.get("exports"), self.exports, "mixture cursor", "exports", state["epoch"])
         mine = self.cursor()
         for key in ("config", "samples_per_epoch", "seed", "block", "policy"):
             if state[key] != mine[key]:
                 what = " (sources, weights, or a source's split, size or plan)" if key == "config" else ""
                 raise ValueError(f"mixture cursor was saved with {key}={state[key]!r}{what}, "
                                  f"this mixture has {mine[key]!r}")
+        check_progress(state, self.length_per_epoch, "mixture cursor")
         self.epoch = int(state["epoch"])
         history = tuple(Topology(int(w), int(c)) for w, c in state["history"])
         if int(state["world_size"]) == self.world_size:
@@ -203,13 +213,13 @@ class Mixture(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_cursor(state)
-        if "worker" in state and self.start == int(state["consumed"]) and int(state["worker"]["yielded"]):
-            if int(state["batch_size"]) != self.batch_size:
+        if "worker" in state and self.start == state["consumed"] and state["worker"]["yielded"]:
+            if state["batch_size"] != self.batch_size:
                 raise ValueError(
                     f"this worker state was saved with batch_size={state['batch_size']}, this mixture has "
                     f"{self.batch_size}: a worker's progress counts its own batches, which another batch size deals "
                     "differently. Resume with ShardLoader (its cursor counts samples), or with the same batch size")
-            self._yielded = int(state["worker"]["yielded"])
+            self._yielded = state["worker"]["yielded"]
 
     # -- reading ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
