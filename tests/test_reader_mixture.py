@@ -67,6 +67,28 @@ def test_every_draw_once_and_exact_counts_per_block(weights: list[float], length
     assert all(np.array_equal(x, y[::3]) for x, y in zip(order(part), (source, draw)))
 
 
+@pytest.mark.parametrize("weights, size, counts", [
+    ([0.7, 0.3], 16, [11, 5]),  # 11.2, 4.8: the larger remainder (0.8) gets the slot, not the larger weight
+    ([0.7, 0.3], 5, [4, 1]),  # 3.5, 1.5: a tie goes to the lower index
+    ([1, 1, 1], 16, [6, 5, 5]),  # 5.33 each: rounding alone would give 15 slots
+    ([1, 1, 1], 17, [6, 6, 5]),
+    ([0.5, 0.3, 0.2], 7, [4, 2, 1]),  # 3.5, 2.1, 1.4: the largest remainder is not the second-largest weight's
+    ([0.6, 0.25, 0.15], 10, [6, 3, 1]),  # 6, 2.5, 1.5: whole quotas get nothing more; a tie, lower index
+    ([0.1, 0.2, 0.7], 3, [0, 1, 2]),  # 0.3, 0.6, 2.1: floors 0, 0, 2, then the 0.6 remainder
+])
+def test_block_counts_are_largest_remainder(weights: list[float], size: int, counts: list[int]) -> None:
+    """Exact per-block counts (docs/reader.md): floor(w * size), then one more slot for each of the
+    largest remainders (ties: lower index). Any other split within 1 of the quotas (leftovers to the
+    first or the heaviest sources, rounding then fixing up) passes the property test above; not this.
+    Full blocks and the short last block of a real `MixOrder` hold exactly these counts."""
+    assert block_counts(weights, size).tolist() == counts
+    tail = (size + 1) // 2  # a short last block: its own counts, by the same rule
+    source, _ = MixOrder(weights, 3 * size + tail, 11, 2, size)(np.arange(3 * size + tail))
+    for b in range(3):
+        assert np.bincount(source[b * size:(b + 1) * size], minlength=len(weights)).tolist() == counts
+    assert np.bincount(source[3 * size:], minlength=len(weights)).tolist() == block_counts(weights, tail).tolist()
+
+
 def test_proportions_within_binomial_bounds_and_deterministic() -> None:
     weights = [0.5, 0.3, 0.15, 0.05]
     n = 200_000
