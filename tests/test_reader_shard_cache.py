@@ -186,3 +186,33 @@ def test_a_download_publishes_only_under_the_folder_lock(tmp_path: Path) -> None
         os.close(fd)
     worker.join(5)
     assert opened == [data] and Path(cache.path(sha)).read_bytes() == data
+
+
+def test_the_least_recently_used_shard_is_the_one_evicted(tmp_path: Path) -> None:
+    """Room for two shards: A and B land, A is opened again (a use), C lands: B, used least recently,
+    is evicted, and A, although downloaded first, stays. Uses are the files' modification times; the
+    landing times are set apart explicitly, since the file system's clock may stamp two quick
+    downloads alike."""
+    import hashlib
+    import time
+
+    blobs = {name: bytes([i]) * 4096 for i, name in enumerate("ABC")}
+    sha = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
+    cache = ShardCache(str(tmp_path), 2 * 4096)
+
+    def fetch(name: str) -> bytes:
+        with cache.open(sha[name], 4096, lambda start, stop: blobs[name][start:stop]) as fh:
+            return fh.read()
+
+    def no_download(start: int, stop: int) -> bytes:
+        raise AssertionError("a published shard was downloaded again")
+
+    assert fetch("A") == blobs["A"] and fetch("B") == blobs["B"]
+    now = time.time()
+    os.utime(cache.path(sha["A"]), (now - 300, now - 300))  # A landed first ...
+    os.utime(cache.path(sha["B"]), (now - 200, now - 200))  # ... then B
+    with cache.open(sha["A"], 4096, no_download) as fh:  # ... then A was used again
+        assert fh.read() == blobs["A"]
+    assert fetch("C") == blobs["C"]
+    assert published(tmp_path) == sorted(f"robowds-{sha[n]}.tar" for n in "AC")
+    assert cache.usage() == 2 * 4096
