@@ -6,6 +6,7 @@ checked by `robowds verify`."""
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import re
@@ -244,3 +245,41 @@ def test_manifest_of_a_large_split_stays_small() -> None:
     assert len(text) < 250 * 1000  # ~230 bytes per shard
     shards = shards_of(parse_manifest(text), "train")
     assert sum(s.samples for s in shards) == 10_000_000 and shards[0].offsets is None
+
+
+def test_reexport_never_deletes_what_the_old_manifest_does_not_list(exported: Path, tmp_path: Path) -> None:
+    """A version 1 export (its manifest lists no `.idx`) prepared with Energon's own preparator
+    (`energon prepare --tar-index-only`: a `<shard>.tar.idx` per tar, the user's own tar included, and
+    `.nv-meta/index.sqlite`, `index.uuid`), re-exported with fewer shards. The dropped shards are
+    robowds' (listed): gone. Energon's index of each dropped shard is not listed: it stays, byte for
+    byte, as do the user's tar, its index and Energon's files; the index of a shard the new export
+    writes again is replaced by the new one (it described the replaced shard)."""
+    energon = pytest.importorskip("megatron.energon")
+    out = tmp_path / "out"
+    shutil.copytree(exported, out)
+    old = downgrade_to_v1(out)
+    with tarfile.open(out / "train" / "mine.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in ("mine_a.txt", "mine_b.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 5
+            tar.addfile(info, io.BytesIO(b"hello"))
+    paths = [s["path"] for s in old["splits"]["train"]["shards"]]
+    energon.BaseWebdatasetFactory.prepare_dataset(out, [*paths, "train/mine.tar"], tar_index_only=True, workers=1,
+                                                  split_parts_ratio=[("train", 1.0)])
+    listed = {"manifest.json", "train.wids.json", *paths} | {f".nv-meta/{n}" for n in ("dataset.yaml", "split.yaml",
+                                                                                      ".info.json")}
+    unlisted = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
+                if p.is_file() and p.relative_to(out).as_posix() not in listed}
+    assert {"train/mine.tar.idx", ".nv-meta/index.sqlite", ".nv-meta/index.uuid"} <= unlisted.keys()
+    assert {p + ".idx" for p in paths} <= unlisted.keys()  # the premise: Energon wrote every shard's index
+    store = exported.parent / "store"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--overwrite", "--stride", "4",
+                 "--set", "shard.max_samples=100", "--set", "shard.min_shards=1"]) == 0
+    new = {s["path"] for s in json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"]}
+    dropped = [p for p in paths if p not in new]
+    assert dropped and not any((out / p).exists() for p in dropped)  # the premise: shards dropped, ours gone
+    rewritten = {p + INDEX_SUFFIX for p in new}
+    assert {rel: (out / rel).read_bytes() if (out / rel).is_file() else None for rel in unlisted
+            if rel not in rewritten} == {rel: data for rel, data in unlisted.items() if rel not in rewritten}
+    for rel in rewritten:
+        assert (out / rel).read_bytes() == energon_index(out / rel[:-len(INDEX_SUFFIX)])
