@@ -57,7 +57,8 @@ CASES: list[tuple[str, Change, str]] = [
     ("history missing", lambda s: {k: v for k, v in s.items() if k != "history"}, "{what} key 'history' is missing"),
     ("world_size 0", lambda s: {**s, "world_size": 0}, "{what} key 'world_size' is 0, must be >= 1"),
     ("batch_size a list", lambda s: {**s, "batch_size": [4]}, "{what} key 'batch_size' must be an integer, got [4]"),
-    ("policy unknown", lambda s: {**s, "policy": "wrap"}, "{what} key 'policy' is 'wrap', must be one of 'pad', 'drop'"),
+    ("policy unknown", lambda s: {**s, "policy": "wrap"},
+     "{what} key 'policy' is 'wrap', must be one of 'pad', 'drop'"),
     ("history a string", lambda s: {**s, "history": "2,3"}, "{what} key 'history' must be a list, got \"2,3\""),
     ("history entry of 3", lambda s: {**s, "history": [[2, 3, 4]]},
      "{what} key 'history': entry 0 must be a [world_size, consumed] pair, got [2, 3, 4]"),
@@ -126,8 +127,9 @@ def test_cursor_keys_of_one_kind(exports: tuple[Path, Path]) -> None:
 
 def test_a_cursor_of_another_export_of_the_same_size_is_refused(exports: tuple[Path, Path]) -> None:
     """Two exports of one store with export seeds 0 and 1: the same split and size, other samples at
-    each position. Each one's cursor is refused by the other, naming both exports' job ids and the
-    fix; a cursor saved before robowds recorded the export (no `export` key) still loads."""
+    each position. The first's cursor is refused by the second (dataset and loader, and a mixture of
+    the first twice by a mixture of both), naming both exports and the fix; it resumes the first
+    exactly; a cursor saved before robowds recorded the export (no `export` key) still loads."""
     a, b = exports
     ids = [json.loads((out / "manifest.json").read_text())["job_id"][:16] for out in (a, b)]
     assert ids[0] != ids[1] and sum(dataset(a).counts) == sum(dataset(b).counts) == SAMPLES  # the premise

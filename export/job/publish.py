@@ -16,8 +16,9 @@ work folder, and `.nv-meta/{dataset.yaml,split.yaml,.info.json}` (Megatron-Energ
 replaced or deleted, with one exception: `<shard>.idx` next to a shard of the export being replaced is
 replaced by the new index (`energon prepare` writes such indexes for version 1 exports; an index
 describes a shard that is being replaced, so it would be stale); where the new export has no such
-shard, the index is left alone like any file the old manifest does not list. A `.nv-meta/` file robowds did not
-write (edited, or from `energon prepare`, `index.sqlite` included) stays as it is, with a warning.
+shard, the index is left alone like any file the old manifest does not list. A `.nv-meta/` file
+robowds did not write (edited, or from `energon prepare`, `index.sqlite` included) stays as it is,
+with a warning.
 """
 
 from __future__ import annotations
