@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from robowds.export.cli.export_cmd import add_executor_arguments, executor_choice
@@ -52,5 +53,7 @@ def run(args: argparse.Namespace) -> int:
     choice = executor_choice(args)
     report = run_conversion(args.plan(args), args.store, overwrite=args.overwrite, workers=args.workers,
                             skip_bad=args.skip_bad, progress=not (args.quiet or args.json), executor=choice)
+    for warning in report.get("warnings", ()):  # also in the report; stderr, so --json's stdout stays JSON
+        print(f"robowds convert: warning: {warning['message']}\n  fix: {warning['fix']}", file=sys.stderr)
     print(json.dumps(report, indent=1, sort_keys=True) if args.json else summary(report, args.store, args.what(report)))
     return 0

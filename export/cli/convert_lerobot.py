@@ -21,4 +21,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def plan(args: argparse.Namespace):  # noqa: ANN201 (a Conversion)
     from robowds.export.convert.lerobot import plan_lerobot
 
-    return plan_lerobot(args.src, tuple(args.exclude))
+    return plan_lerobot(args.src, tuple(args.exclude), skip_bad=args.skip_bad)
