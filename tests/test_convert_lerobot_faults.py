@@ -109,6 +109,10 @@ CASES = {
         "robowds convert: error: episode 0: data/chunk-000/file-000.parquet holds 0 rows with episode_index 0 where "
         "meta/episodes says 299 (the file's rows are of episodes 10, 11, 12)",
         "  fix: meta/ and data/ are of different revisions: download both again"]),
+    "no data file": ("g1", lambda s: shutil.rmtree(s / "data"), [], 2, [
+        "robowds convert: error: {src}: no episodes to convert (100 skipped; the first: episode 0: "
+        "data/chunk-000/episode_000000.parquet is missing)",
+        "  fix: check that SRC is the dataset's root folder and holds its data files"]),
     "every camera file missing": ("g1", _no_videos, [], 2, [
         "robowds convert: error: {src}: 2 video files missing (by camera: the file and the episodes in it):",
         f"    {CAMERA}: videos/chunk-000/{CAMERA}/episode_000001.mp4 (episode 1)",

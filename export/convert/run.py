@@ -74,7 +74,8 @@ def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, worke
     executor.check_available()  # before anything is written
     if not conv.tasks:
         raise UserError(f"{conv.source}: no episodes to convert"
-                        + (f" ({len(conv.skipped)} skipped, see below)" if conv.skipped else ""),
+                        + (f" ({len(conv.skipped)} skipped; the first: {_skipped(conv.skipped[0])})"
+                           if conv.skipped else ""),
                         hint="check that SRC is the dataset's root folder and holds its data files")
 
     def build(folder: Path) -> dict[str, Any]:
@@ -117,13 +118,17 @@ def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, worke
     return write_store(Path(store), build, overwrite)
 
 
+def _skipped(entry: dict[str, Any]) -> str:
+    """One skipped episode as `episode ...: reason` (converters name it by description or by index)."""
+    return f"{entry['episode'] if 'episode' in entry else 'episode ' + str(entry['episode_index'])}: {entry['reason']}"
+
+
 def summary(report: dict[str, Any], store: Path, what: str) -> str:
     """The one line a convert command prints: counts, where, and the skipped episodes (first few)."""
     line = f"converted {report['episodes']} episodes of {what} ({len(report['fields'])} fields) -> {store}"
     skipped = report["skipped"]
     if skipped:
-        named = "; ".join(f"{s['episode'] if 'episode' in s else 'episode ' + str(s['episode_index'])}: {s['reason']}"
-                          for s in skipped[:MAX_SKIPPED_LISTED])
+        named = "; ".join(_skipped(s) for s in skipped[:MAX_SKIPPED_LISTED])
         more = f"; and {len(skipped) - MAX_SKIPPED_LISTED} more" if len(skipped) > MAX_SKIPPED_LISTED else ""
         line += f"\nskipped {len(skipped)} (all listed in convert_report.json): {named}{more}"
     return line
