@@ -252,6 +252,7 @@ def _v2_episodes(root: Path, info: dict[str, Any], features: list[Feature], out:
         raise UserError(f"{root}: LeRobot {info.get('codebase_version')} without meta/episodes.jsonl",
                         hint=META_FIX)
     size = _chunks_size(info, info_path)
+    task_table(root)  # checked here, before any worker reads it
     cameras = [f for f in features if f.kind == "video"]
     found = discover(root, info["data_path"], {})
     found_videos = {f.key: discover(root, info["video_path"], {"video_key": f.key}) for f in cameras}
