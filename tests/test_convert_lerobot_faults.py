@@ -64,6 +64,10 @@ def _shift_v3_episodes(src: Path) -> None:
                                   pc.add(t["episode_index"], 10)))
 
 
+def _stray_v3_file(src: Path) -> None:
+    shutil.copyfile(src / "data" / "chunk-000" / "file-000.parquet", src / "data" / "chunk-000" / "file-001.parquet")
+
+
 def _no_videos(src: Path) -> None:
     shutil.rmtree(src / "videos")
 
@@ -97,6 +101,18 @@ CASES = {
         f"robowds convert: warning: {G1_DATA.format(2)} (episode 2) is listed in no meta/episodes.jsonl entry: not "
         "converted", "  fix: download meta/episodes.jsonl again if the episode belongs to the dataset, or move the "
                      "file out of data/ if it was dropped on purpose"]),
+    "a v3 data file meta does not name": ("reachy2", _stray_v3_file, ["--exclude", "observation.image"], 0, [
+        "robowds convert: warning: data/chunk-000/file-001.parquet is named by no episode in meta/episodes: not "
+        "converted", "  fix: download the dataset's meta/ folder again (the same revision as its data/), or move "
+                     "the file out of data/"]),
+    "a record without episode_index": ("g1", lambda s: (s / "meta" / "episodes.jsonl").write_text(
+        '{"episode_index": 1, "tasks": []}\n{"tasks": ["x"], "length": 3}\n'), [], 2, [
+        "robowds convert: error: {src}/meta/episodes.jsonl: record 2 has no valid episode_index (None)",
+        "  fix: download the dataset's meta/ folder again (the same revision as its data/)"]),
+    "a task_index tasks.jsonl does not list": ("g1", lambda s: (s / "meta" / "tasks.jsonl").write_text(
+        '{"task_index": 5, "task": "another task"}\n'), [], 2, [
+        f"robowds convert: error: episode 1: {G1_DATA.format(1)} has task_index [0] that meta/tasks.jsonl does not "
+        "list", "  fix: download the dataset's meta/ folder again"]),
     "fps 15 for 30 Hz timestamps": ("g1", lambda s: _info(s, lambda i: i.update(fps=15)), [], 2, [
         f"robowds convert: error: episode 1: {G1_DATA.format(1)}: its timestamps step 0.0333333 s (30 Hz) but "
         "meta/info.json says fps 15",
@@ -136,5 +152,9 @@ def test_malformed_metadata_is_one_error_or_warning_naming_file_episode_and_fix(
         assert not store.exists()
         return
     report = json.loads((store / "convert_report.json").read_text())
-    assert report["warnings"] == [{"message": lines[0].split("warning: ", 1)[1], "fix": lines[1][len("  fix: "):]}]
-    assert report["episodes"] == 1 and {"episode_index": 2, "reason": report["warnings"][0]["message"]} in report["skipped"]
+    message = lines[0].split("warning: ", 1)[1]
+    assert report["warnings"] == [{"message": message, "fix": lines[1][len("  fix: "):]}]
+    assert report["episodes"] == (1 if source == "g1" else 3)  # the unnamed file left out, the rest converted
+    assert [s for s in report["skipped"] if s["reason"] == message] == [
+        {"episode_index": 2, "reason": message} if source == "g1" else
+        {"episode": "data/chunk-000/file-001.parquet", "reason": message}]
