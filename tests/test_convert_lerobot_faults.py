@@ -72,7 +72,8 @@ def _no_videos(src: Path) -> None:
     shutil.rmtree(src / "videos")
 
 
-FIX_FPS = "set `fps` in meta/info.json to the rate the dataset was recorded at (e.g. 30), or download meta/info.json again"
+FIX_FPS = ("set `fps` in meta/info.json to the rate the dataset was recorded at (e.g. 30), or download "
+           "meta/info.json again")
 G1_DATA = "data/chunk-000/episode_00000{}.parquet"
 # (source, corruption, extra arguments, exit code, stderr's lines: `{src}` is the copy's folder). Errors
 # where the store would be wrong or meta cannot be read; a warning only where meta is readable and what it

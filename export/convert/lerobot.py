@@ -15,8 +15,8 @@ Mapping (one store row per episode, `episode_id` = `episode_<index:06d>`):
 - every video feature -> a video field `{path, fps, start_s, end_s}` pointing at the source file through
   a symlink in `media/` to the dataset's path, not its resolved target, so a Hugging Face cache's chain
   (store -> snapshot -> blob) stays whole (referenced, never copied or re-encoded; store.yaml lists the
-  source, and the cache's blobs/, under `media_roots`); v3.0 files hold many episodes, each the half-open segment
-  `[from_timestamp, to_timestamp)` of `meta/episodes`;
+  source, and the cache's blobs/, under `media_roots`); v3.0 files hold many episodes, each the
+  half-open segment `[from_timestamp, to_timestamp)` of `meta/episodes`;
 - every image feature (per-frame images embedded in the Parquet rows) -> one video file per episode in
   the store: JPEG frames muxed as MJPEG byte for byte, PNG frames encoded losslessly (FFV1), frame k at
   `frame_index[k] / fps`;
