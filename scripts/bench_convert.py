@@ -5,9 +5,9 @@ read the ratios, not the absolute rates).
     python scripts/bench_convert.py --only ros      # lerobot | ros | media
 
 (a) LeRobot: the vendored real G1 episodes (LeRobot v2.1) replicated into a temporary dataset of
-    `--lerobot-episodes` episodes (Parquet files copied, videos symlinked: the converter references
-    videos, it never reads them), converted with `convert_lerobot`, against reading every episode's
-    Parquet file with pyarrow (`pq.ParquetFile(path).read()`, the limit). Frames/s.
+    `--lerobot-episodes` episodes (Parquet files copied, videos symlinked to one copy of each in the
+    dataset: the converter references videos, it never reads them), converted with `convert_lerobot`,
+    against reading every episode's Parquet file with pyarrow (`pq.ParquetFile(path).read()`, the limit). Frames/s.
 (b) ROS: `--ros-copies` links to the vendored Husky ROS 1 bag (and to its ROS 2 MCAP copy) in one
     folder, converted with `convert_rosbag`, against opening each bag with rosbags' AnyReader and
     deserialising every message (the limit). Messages/s.
@@ -119,6 +119,10 @@ def lerobot_dataset(root: Path, episodes: int) -> tuple[Path, list[Path], int]:
     shutil.copy(G1 / "meta" / "tasks.jsonl", root / "meta" / "tasks.jsonl")
     lines, files, frames = [], [], 0
     key = "observation.images.cam_high"
+    shared = root / "source_videos"  # the two real videos, once, inside the dataset: the converter refuses
+    shared.mkdir()  # a video linked to a file outside the dataset folder (the store would not validate)
+    for src in (1, 2):
+        shutil.copy(G1 / "videos" / "chunk-000" / key / f"episode_{src:06d}.mp4", shared)
     for i in range(episodes):
         src = 1 + i % 2
         data = root / info["data_path"].format(episode_chunk=i // 1000, episode_index=i)
@@ -126,7 +130,7 @@ def lerobot_dataset(root: Path, episodes: int) -> tuple[Path, list[Path], int]:
         data.parent.mkdir(parents=True, exist_ok=True)
         video.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(G1 / "data" / "chunk-000" / f"episode_{src:06d}.parquet", data)
-        video.symlink_to(G1 / "videos" / "chunk-000" / key / f"episode_{src:06d}.mp4")
+        video.symlink_to(shared / f"episode_{src:06d}.mp4")
         lines.append(json.dumps({"episode_index": i, "tasks": ["Pick up the yellow bottle on the table."],
                                  "length": G1_EPISODES[src]}))
         files.append(data)
