@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import psutil
+import pyarrow.parquet as pq
 import pytest
 
 from robowds.export.cli.main import main
@@ -291,14 +292,16 @@ def test_a_bad_episode_gives_the_local_executors_message(ray_cluster: Any, store
 @ON_RAY
 def test_convert_on_ray_writes_the_same_store_and_the_same_errors(ray_cluster: Any, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """The real G1 LeRobot subset converted in-process and on Ray: the same store bytes. A missing
-    video fails inside a Ray task: its UserError comes back unwrapped, the same message."""
+    """The real G1 LeRobot subset converted in-process and on Ray: the same store bytes. A data file
+    without a feature's column fails inside a Ray task: its UserError comes back unwrapped, the same
+    message (a missing video is found before any task runs)."""
     assert main(["convert", "lerobot", str(g1()), str(tmp_path / "local"), "--quiet", "--workers", "1"]) == 0
     assert main(["convert", "lerobot", str(g1()), str(tmp_path / "ray"), "--quiet", "--executor", "ray"]) == 0
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
     src = tmp_path / "src"
     subprocess.run(["cp", "-r", str(g1()), str(src)], check=True)
-    next((src / "videos").rglob("episode_000002.mp4")).unlink()
+    data = next((src / "data").rglob("episode_000002.parquet"))
+    pq.write_table(pq.read_table(data).drop(["action"]), data)
     errors = {}
     for executor in ("local", "ray"):
         capsys.readouterr()
@@ -306,7 +309,8 @@ def test_convert_on_ray_writes_the_same_store_and_the_same_errors(ray_cluster: A
                      "--executor", executor]) == 2
         errors[executor] = capsys.readouterr().err
     assert errors["ray"] == errors["local"]
-    assert "robowds convert: error: episode 2: video" in errors["ray"] and "Traceback" not in errors["ray"]
+    assert "robowds convert: error: episode 2: data/chunk-000/episode_000002.parquet has no column 'action'" in \
+        errors["ray"] and "Traceback" not in errors["ray"]
 
 
 @ON_RAY
