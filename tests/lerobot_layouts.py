@@ -40,6 +40,19 @@ def hf_cache(src: Path, cache: Path, repo: str = "datasets--unitree--g1-policy-t
     return snapshot
 
 
+def hf_local_dir(snapshot: Path, local: Path) -> Path:
+    """A `snapshot_download(local_dir=...)` copy of `snapshot` as older huggingface_hub leaves it with
+    links: small files copied, each video an absolute link to its blob in the cache."""
+    for link in sorted(p for p in snapshot.rglob("*") if p.is_file()):
+        path = local / link.relative_to(snapshot)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".mp4":
+            path.symlink_to(link.resolve())
+        else:
+            shutil.copyfile(link, path)
+    return local
+
+
 def g1_with_a_shared_video(root: Path) -> Path:
     """A copy of the vendored G1 data plus episode 3: episode 1's rows (its episode_index set to 3) and a
     copy of episode 1's video, so that in the cache both videos are one blob."""

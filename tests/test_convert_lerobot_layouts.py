@@ -19,7 +19,7 @@ from robowds.export.cli.main import main
 from robowds.export.store.validate import validate_store
 
 from exports import export_members, npy
-from lerobot_layouts import GR00T_TASKS, ROWS, g1_with_a_shared_video, gr00t_like, hf_cache
+from lerobot_layouts import GR00T_TASKS, ROWS, g1_with_a_shared_video, gr00t_like, hf_cache, hf_local_dir
 from realdata import g1
 
 CAMERA = "observation_images_cam_high"
@@ -57,6 +57,19 @@ def test_the_hugging_face_cache_layout_converts_validates_and_exports_like_a_cop
     one, three = cached["episode_000001_000000"], cached["episode_000003_000000"]  # episode 3: 1's rows and video
     assert npy(three[f"{CAMERA}.npy"]).any() and three[f"{CAMERA}.npy"] == one[f"{CAMERA}.npy"]
     assert main(["verify", str(tmp_path / "out"), "--store", str(store), "--quiet"]) == 0
+
+
+def test_a_local_dir_download_linking_into_the_cache_validates(tmp_path: Path) -> None:
+    """`snapshot_download(local_dir=...)` with links: videos are absolute links into the cache's blobs/,
+    which store.yaml then lists (and only it) beside the dataset folder."""
+    snapshot = hf_cache(g1(), tmp_path / "hub")
+    local = hf_local_dir(snapshot, tmp_path / "local")
+    store = tmp_path / "store"
+    assert main(["convert", "lerobot", str(local), str(store), "--quiet", "--workers", "1"]) == 0
+    validation = validate_store(store)
+    assert validation.exportable, validation.render()
+    blobs = snapshot.parents[1] / "blobs"
+    assert f"media_roots: [{json.dumps(str(local))}, {json.dumps(str(blobs))}]" in (store / "store.yaml").read_text()
 
 
 def test_a_cache_link_that_leaves_the_repo_is_refused_at_convert(tmp_path: Path,

@@ -16,9 +16,10 @@ folder (`chunk-{episode_index:03d}/episode_{episode_index:06d}`) while the files
 still finds them. Cost: one glob of data/ (and one per camera of videos/), O(files).
 
 The Hugging Face cache (`huggingface_hub.snapshot_download`): `<repo>/snapshots/<rev>/...` are relative
-links into `<repo>/blobs/<sha256>`. A dataset under a `snapshots/<rev>` folder whose repo has `blobs/`
-adds that blobs folder to the store's `media_roots`: the videos' link chains (store -> snapshot ->
-blob) end inside a declared root, and nothing else outside the dataset is opened.
+links into `<repo>/blobs/<sha256>`. A dataset under a `snapshots/<rev>` folder whose repo has `blobs/`,
+or whose videos link into such a `blobs/` folder (a `local_dir` download with links), adds that blobs
+folder to the store's `media_roots`: the videos' link chains (store -> dataset -> blob) end inside a
+declared root, and nothing else outside the dataset is opened.
 """
 
 from __future__ import annotations
@@ -183,18 +184,33 @@ def read_info(root: Path) -> LeRobotInfo:
             out.skipped.append({"episode_index": entry["episode_index"], "reason": f"{entry['data']} is missing"})
             continue
         out.episodes.append(entry)
-    blobs = hf_cache_blobs(root)
-    out.media_roots = [root, *([blobs] if blobs else [])] if any(f.kind == "video" for f in features) else []
+    out.media_roots = _media_roots(root, out.episodes) if any(f.kind == "video" for f in features) else []
     return out
 
 
-def hf_cache_blobs(root: Path) -> Path | None:
-    """The `blobs/` folder of the Hugging Face cache repo that `root` is a snapshot of (or lies in), else
-    None: `<repo>/snapshots/<rev>/...` holds relative links into `<repo>/blobs/<sha256>`."""
+def _media_roots(root: Path, episodes: list[dict[str, Any]]) -> list[Path]:
+    """The dataset folder, and each Hugging Face cache `blobs/` folder its videos live in: the repo's
+    whose snapshot `root` is (or lies in), and any a video links into (`snapshot_download(local_dir=...,
+    local_dir_use_symlinks=...)` leaves absolute links into the cache). Nothing else outside `root`:
+    a video linked elsewhere is refused when it is converted. Cost: one `lstat` per video file."""
+    roots = [root]
     for folder in [root, *root.parents]:
-        if folder.parent.name == "snapshots" and (folder.parent.parent / "blobs").is_dir():
-            return (folder.parent.parent / "blobs").resolve()
-    return None
+        if folder.parent.name == "snapshots" and _is_blobs(folder.parent.parent / "blobs"):
+            roots.append((folder.parent.parent / "blobs").resolve())
+            break
+    for entry in episodes:
+        for rel, _, _ in entry["videos"].values():
+            path = root / rel
+            if path.is_symlink():
+                target = path.resolve()
+                if not any(target.is_relative_to(r) for r in roots) and _is_blobs(target.parent):
+                    roots.append(target.parent)
+    return roots
+
+
+def _is_blobs(folder: Path) -> bool:
+    """A Hugging Face cache repo's `blobs/` folder (`<repo>/blobs` beside `<repo>/snapshots`)."""
+    return folder.name == "blobs" and folder.is_dir() and (folder.parent / "snapshots").is_dir()
 
 
 def _format(template: str, where: Path, **values: Any) -> str:
