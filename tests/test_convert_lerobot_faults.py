@@ -94,6 +94,15 @@ CASES = {
     "a feature's column absent": ("g1", lambda s: _table(_episode(s, 2), lambda t: t.drop(["action"])), [], 2, [
         f"robowds convert: error: episode 2: {G1_DATA.format(2)} has no column 'action' (a feature meta/info.json "
         "lists)", "  fix: download the data file again, or convert without it: --exclude action"]),
+    "a feature's column of text": ("g1", lambda s: _table(_episode(s, 2), lambda t: t.set_column(
+        t.schema.get_field_index("action"), "action", pa.array(["x"] * len(t)))), [], 2, [
+        f"robowds convert: error: episode 2: {G1_DATA.format(2)}: column 'action' holds string values, not the "
+        "float32 meta/info.json declares", "  fix: download the data file again, or convert without it: "
+                                           "--exclude action"]),
+    "empty timestamps": ("g1", lambda s: _table(_episode(s, 2), lambda t: t.set_column(
+        t.schema.get_field_index("timestamp"), "timestamp", pa.nulls(len(t), pa.float32()))), [], 2, [
+        f"robowds convert: error: episode 2: {G1_DATA.format(2)}: column 'timestamp' holds 343 empty values or is "
+        "not numeric (float)", "  fix: download the data file again"]),
     "episodes.jsonl cut short": ("g1", _cut_last_line, [], 2, [
         "robowds convert: error: {src}/meta/episodes.jsonl line 100 is not JSON (Unterminated string starting at: "
         "line 1 column 33 (char 32)): '{{\"episode_index\": 99, \"tasks\": [\"Pick up the yell'",

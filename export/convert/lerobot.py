@@ -127,15 +127,22 @@ def episode_frames(table: pa.Table, task: EpisodeTask) -> tuple[np.ndarray, list
     A median `timestamp` step that is not 1/fps is an error: meta/info.json's fps would stretch or
     squeeze every series (LeRobot refuses such a dataset too)."""
     index, rel = int(task.entry["episode_index"]), task.entry["data"]
+    for name in ("timestamp", "frame_index"):
+        column = table.column(name) if name in table.column_names else None
+        if column is not None and (column.null_count or not _numeric(column.type)):
+            raise UserError(f"episode {index}: {rel}: column {name!r} holds {column.null_count} empty values or is "
+                            f"not numeric ({column.type})", hint="download the data file again")
     ts = table.column("timestamp").to_numpy().astype(np.float64) if "timestamp" in table.column_names else None
     if ts is not None and len(ts) >= 2:
         step = float(np.median(np.diff(ts)))  # s
+        if step <= 0:
+            raise UserError(f"episode {index}: {rel}: its timestamps do not increase (median step {step:.6g} s)",
+                            hint="download the data file again")
         if not abs(step * task.fps - 1) <= FPS_TOLERANCE:
-            said = f"{1 / step:.6g} Hz" if step > 0 else "not increasing"
-            raise UserError(f"episode {index}: {rel}: its timestamps step {step:.6g} s ({said}) but meta/info.json "
-                            f"says fps {task.fps:g}", hint=(f"set `fps` in meta/info.json to {1 / step:.6g}" if step > 0
-                                                           else "download the data file again")
-                            + " if the timestamps are right, else download the data file again")
+            raise UserError(f"episode {index}: {rel}: its timestamps step {step:.6g} s ({1 / step:.6g} Hz) but "
+                            f"meta/info.json says fps {task.fps:g}",
+                            hint=f"set `fps` in meta/info.json to {1 / step:.6g} if the timestamps are right, else "
+                                 "download the data file again")
     if "frame_index" in table.column_names:
         return table.column("frame_index").to_numpy(), []
     if ts is None:
@@ -151,6 +158,10 @@ def episode_frames(table: pa.Table, task: EpisodeTask) -> tuple[np.ndarray, list
                         hint="add a frame_index column to the data files (LeRobot writes one)")
     return np.arange(len(ts), dtype=np.int64), [
         f"episode {index}: no frame_index column; the row order is the frame index (timestamps regular at 1/fps)"]
+
+
+def _numeric(typ: pa.DataType) -> bool:
+    return pa.types.is_integer(typ) or pa.types.is_floating(typ)
 
 
 def _task_text(table: pa.Table, task: EpisodeTask) -> str:
@@ -199,6 +210,14 @@ def convert_episode(task: EpisodeTask, folder: Path) -> dict[str, Any]:
     offset = (clock_offset(frame_index, table.column("timestamp").to_numpy(), task.fps)
               if "timestamp" in table.column_names else 0.0)
     row: dict[str, Any] = {"episode_id": f"episode_{index:06d}", "task": _task_text(table, task)}
+    for f in series:
+        leaf = table.schema.field(f.key).type
+        while pa.types.is_list(leaf) or pa.types.is_fixed_size_list(leaf) or pa.types.is_large_list(leaf):
+            leaf = leaf.value_type
+        if not (_numeric(leaf) or pa.types.is_boolean(leaf)):
+            raise UserError(f"episode {index}: {task.entry['data']}: column {f.key!r} holds {leaf} values, not the "
+                            f"{f.dtype} meta/info.json declares", hint="download the data file again, or convert "
+                                                                        f"without it: --exclude {f.key}")
     for f in series:
         row[f.field] = {"t": t, "v": _values(table.column(f.key), len(t))}  # v: [T, N]
     media = folder / "media"

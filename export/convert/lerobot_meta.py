@@ -281,7 +281,7 @@ def _v2_episodes(root: Path, info: dict[str, Any], features: list[Feature], out:
     for number, record in enumerate(read_jsonl(episodes_path), 1):
         index = record.get("episode_index")
         if isinstance(index, bool) or not isinstance(index, int) or index < 0 or index in seen:
-            what = "a repeated" if index in seen else "no valid"
+            what = "a repeated" if isinstance(index, int) and index in seen else "no valid"  # a list: unhashable
             raise UserError(f"{episodes_path}: record {number} has {what} episode_index ({index!r})", hint=META_FIX)
         seen.add(index)
         tasks = record.get("tasks") or []
