@@ -98,8 +98,8 @@ def test_gr00t_style_tables_convert_with_row_order_and_each_task_whole(tmp_path:
     assert (report["version"], report["episodes"], report["skipped"]) == ("v2.0", 2, [])  # chunk-{episode_index}
     assert report["notes"] == [f"episode {e}: no frame_index column; the row order is the frame index (timestamps "
                                "regular at 1/fps)" for e in (1, 2)]
-    assert report["fields"]["action_task_description"]["source"] == "annotation.human.action.task_description"
-    assert set(report["fields"]) == {"task", "action", "observation_state", "action_task_description",
+    assert report["fields"]["human_action_task_description"]["source"] == "annotation.human.action.task_description"
+    assert set(report["fields"]) == {"task", "action", "observation_state", "human_action_task_description",
                                      "annotation_human_validity"}
     assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--fps", "30", "--keep-order",
                  "--set", "window.duration_s=0.0333333333333333", "--set", "window.rate_hz=30",
@@ -112,7 +112,7 @@ def test_gr00t_style_tables_convert_with_row_order_and_each_task_whole(tmp_path:
         for k in range(ROWS):
             sample = samples[f"{episode}_{k:06d}"]
             np.testing.assert_array_equal(npy(sample["observation_state.npy"])[0], state[k])
-            assert npy(sample["action_task_description.npy"]).tolist() == [[described]]
+            assert npy(sample["human_action_task_description.npy"]).tolist() == [[described]]
             assert sample["task.txt"] == GR00T_TASKS[described].encode()  # whole, without "| valid"
 
 

@@ -41,7 +41,7 @@ from robowds.export.errors import UserError
 
 BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}  # LeRobot's own columns
 SUPPORTED = ("v2.0", "v2.1", "v3.0")
-MAX_NAME = 27  # the shard format allows 32-character member fields, and a series has `<field>_mask` (5 more)
+MAX_NAME = 32  # a store field name's limit (store/schema.py); `<field>_mask` of 37 is a valid member (reader/format.py)
 META_FIX = "download the dataset's meta/ folder again (the same revision as its data/)"
 
 
@@ -72,7 +72,7 @@ class LeRobotInfo:
 def lerobot_field_name(key: str) -> str:
     """A feature key -> a store field name. LeRobot keys are dotted paths, most specific part last: a
     key too long for a field name loses whole leading parts (`annotation.human.action.task_description`
-    -> `action_task_description`), never its tail, so the name still says what the field is."""
+    -> `human_action_task_description`), never its tail, so the name still says what the field is."""
     parts = key.split(".")
     for i in range(len(parts)):
         tail = ".".join(parts[i:])
