@@ -16,7 +16,7 @@ from robowds.export.job.profile import amdahl_bound
 from robowds.export.job.run import run_export
 
 SETS = ["splits.val=0.25", "shard.max_samples=100", "streams.joints.rate_hz=50"]
-PHASES = ["plan", "map", "records", "shard plan", "reduce", "pool close", "manifest"]
+PHASES = ["plan", "map", "records", "shard plan", "reduce", "pool close", "store check", "manifest"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_profile_accounts_for_every_task_and_phase(store: Path, tmp_path: Path, 
     profile = json.loads(json.dumps(summary.profile))  # JSON as it is
     phases = profile["phases"]
     assert list(phases) == PHASES
-    assert [phases[p]["tasks"] for p in PHASES] == [0, map_tasks, 0, 0, summary.shards, 0, 0]
+    assert [phases[p]["tasks"] for p in PHASES] == [0, map_tasks, 0, 0, summary.shards, 0, 0, 0]
     for name, phase in phases.items():
         assert len(phase["task_cpu_each"]) == phase["tasks"], name
         assert math.isclose(sum(phase["task_cpu_each"]), phase["task_cpu_s"], abs_tol=1e-3 * (1 + phase["tasks"]))
