@@ -1,13 +1,16 @@
-"""A table written as one large row group (pyarrow's default holds up to 1M rows) is decoded once per
-worker process and job, not once per task: before, each task of 8 episodes decoded the whole row group
-again (quadratic in the table: +27% export time at 400 synthetic episodes, see docs/benchmarks.md).
-The memo is keyed by the store's content hash, so a table changed between two exports in one process
-is read again."""
+"""A table written as one large row group (pyarrow's default holds up to 1M rows) is read once per
+worker process and job, forward, one record batch at a time, never decoded whole: before 46a6514
+each task of 8 episodes decoded the whole row group again (quadratic in the table: +27% export time
+at 400 synthetic episodes, see docs/benchmarks.md), and from then until the row cursors each worker
+held the whole decoded group (tests/test_export_row_group_memory.py measures that). The cursors are
+keyed by the store's content hash, so a table changed between two exports in one process is read
+again."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -35,11 +38,20 @@ def test_one_large_row_group_is_decoded_once_per_job(tmp_path: Path, monkeypatch
     store = write_synthetic_store(tmp_path / "store", episodes=64, seed=3).root
     one_row_group(store)
     reads: Counter[str] = Counter()
-    real_read, real_stage = pq.ParquetFile.read_row_group, run.stage_episodes
+    real_iter, real_read, real_stage = pq.ParquetFile.iter_batches, pq.ParquetFile.read_row_group, run.stage_episodes
 
-    def counted(self: pq.ParquetFile, i: int, *args: object, **kwargs: object) -> pa.Table:
-        reads["in tasks" if reads["tasks"] > reads["tasks done"] else "planning"] += 1  # spies: the real
-        return real_read(self, i, *args, **kwargs)                                     # code runs
+    def phase() -> str:
+        return "in tasks" if reads["tasks"] > reads["tasks done"] else "planning"
+
+    def counted(self: pq.ParquetFile, *args: object, **kwargs: object) -> Iterator[pa.RecordBatch]:
+        reads[f"passes {phase()}"] += 1  # spies: the real code runs
+        for batch in real_iter(self, *args, **kwargs):
+            reads[f"rows {phase()}"] += batch.num_rows
+            yield batch
+
+    def whole(self: pq.ParquetFile, *args: object, **kwargs: object) -> pa.Table:
+        reads[f"whole groups {phase()}"] += 1
+        return real_read(self, *args, **kwargs)
 
     def task(args: tuple[object, list[str]]) -> object:
         reads["tasks"] += 1
@@ -48,12 +60,15 @@ def test_one_large_row_group_is_decoded_once_per_job(tmp_path: Path, monkeypatch
         finally:
             reads["tasks done"] += 1
 
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", whole)
     monkeypatch.setattr(run, "stage_episodes", task)
     export(store, tmp_path / "out")
     tables = [p for p in store.glob("*.parquet") if p.name != "images.parquet"]  # overview is excluded
     assert reads["tasks"] == 8, reads  # 64 episodes, 8 per task, in this process (--workers 1)
-    assert reads["in tasks"] == len(tables), reads  # one decode per table; 8 per table before
+    assert reads["passes in tasks"] == len(tables), reads  # one forward pass per table; 8 per table before
+    assert reads["rows in tasks"] == 64 * len(tables), reads  # each row decoded once
+    assert reads["whole groups in tasks"] == 0, reads  # no row group is decoded whole
 
 
 def test_a_table_changed_between_two_exports_in_one_process_is_read_again(tmp_path: Path) -> None:
@@ -77,10 +92,10 @@ def test_a_table_changed_between_two_exports_in_one_process_is_read_again(tmp_pa
 
 
 def test_an_in_process_export_keeps_no_row_group_after_it_ends(tmp_path: Path) -> None:
-    """`--workers 1` runs the tasks in this process: their memo is freed when the job ends (a notebook
-    would otherwise hold the last decoded row group of every table)."""
+    """`--workers 1` runs the tasks in this process: their row cursors are freed when the job ends (a
+    notebook would otherwise hold a record batch and a Parquet file of every table)."""
     from robowds.export.store import episodes
 
     store = write_synthetic_store(tmp_path / "store", episodes=16, seed=3).root
     export(store, tmp_path / "out")
-    assert episodes._ROW_GROUPS == {}
+    assert episodes._CURSORS == {}

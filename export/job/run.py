@@ -50,6 +50,7 @@ from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.store.episodes import drop_row_groups
 from robowds.export.store.location import StoreLocation, store_location
+from robowds.export.store.row_stream import read_order
 from robowds.export.store.schema import STORE_YAML, fingerprint
 
 WORK_DIR = ".robowds-work"
@@ -257,7 +258,10 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * executor.workers)))
         split_stats = SplitStats()  # one state per split and field, folded batch by batch as tasks finish
         with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
-            tasks = ((job.for_episodes(b), b) for b in _batches(ids, per_task))  # O(batch) each, made as sent
+            # batches in the tables' row order, so each worker reads a table forward, once per job
+            # (row_stream.py); which episodes share a batch does not change a byte of the output
+            batches = _batches(read_order(schema, ids), per_task)
+            tasks = ((job.for_episodes(b), b) for b in batches)  # O(batch) each, made as sent
             for batch in executor.map_unordered(stage_episodes, tasks):
                 split_stats.fold_states(batch.stats)  # the batch's statistics, folded by its task
                 bar.update(len(batch.episode_ids))
@@ -291,7 +295,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         profile.lap("reduce", usage)
     finally:
         executor.close()
-        drop_row_groups()  # what in-process tasks kept (pool workers are gone with their memo)
+        drop_row_groups()  # the cursors in-process tasks kept (pool workers are gone with theirs)
         if uploads:
             uploads.close()
     profile.lap("pool close")

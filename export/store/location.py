@@ -262,13 +262,19 @@ class StoreLocation:
             return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
         return sum(size for _, size in self.files())
 
-    def parquet(self, rel: str) -> Any:
-        """A `pyarrow.parquet.ParquetFile` of the table: footer, then row groups, read by range."""
+    def parquet(self, rel: str, stream: bool = False) -> Any:
+        """A `pyarrow.parquet.ParquetFile` of the table: footer, then row groups, read by range.
+
+        `stream`: for `iter_batches` in bounded memory. pyarrow's default (`pre_buffer=True`) reads
+        each whole column chunk of a row group before the first batch (a table written as one row
+        group: all of it); with pre-buffering off and a 1 MiB read buffer it holds one data page per
+        column (`row_stream.py`)."""
         import pyarrow.parquet as pq
 
+        options: dict[str, Any] = {"pre_buffer": False, "buffer_size": 1 << 20} if stream else {}
         if self.local:
-            return pq.ParquetFile(self.path / rel)
-        return self._remote(lambda: pq.ParquetFile(self.open(rel)), rel)
+            return pq.ParquetFile(self.path / rel, **options)
+        return self._remote(lambda: pq.ParquetFile(self.open(rel), **options), rel)
 
     def iter_chunks(self, rel: str, size: int = 1 << 22) -> Iterator[bytes]:
         """The file's bytes in chunks (hashing a table larger than memory)."""
