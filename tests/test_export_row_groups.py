@@ -99,3 +99,34 @@ def test_an_in_process_export_keeps_no_row_group_after_it_ends(tmp_path: Path) -
     store = write_synthetic_store(tmp_path / "store", episodes=16, seed=3).root
     export(store, tmp_path / "out")
     assert episodes._CURSORS == {}
+
+
+def test_validate_reads_a_table_of_integer_ids_forward_and_reports_in_id_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Episode ids sort as text ("10" before "2"), not in a table's row order of integer ids: validate
+    reads the rows in row order (one forward pass: reading in id order would restart the pass at every
+    step back) and still reports the episodes' problems in id order."""
+    from robowds.export.store import row_stream
+    from robowds.export.store.validate import validate_store
+
+    store = tmp_path / "store"
+    store.mkdir()
+    steps = np.arange(20) / 10.0  # [T] seconds
+    cells = [None if ep in (2, 10) else np.column_stack([steps, steps * ep]).tolist() for ep in range(100)]
+    pq.write_table(pa.table({"episode_id": pa.array(range(100), pa.int64()),
+                             "state": pa.array(cells, pa.list_(pa.list_(pa.float64())))}), store / "episodes.parquet")
+    passes: Counter[str] = Counter()
+    real_iter = pq.ParquetFile.iter_batches
+
+    def counted(self: pq.ParquetFile, *args: object, **kwargs: object) -> Iterator[pa.RecordBatch]:
+        passes["passes"] += 1
+        for batch in real_iter(self, *args, **kwargs):
+            passes["rows"] += batch.num_rows
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
+    monkeypatch.setattr(row_stream, "BATCH_BYTES", 1000)  # record batches of 3 rows (320 bytes each)
+    report = validate_store(store)
+    assert passes == {"passes": 1, "rows": 100}, passes
+    assert [(p.episode, p.field) for p in report.problems if p.episode] == [("10", "state"), ("2", "state")]
+    assert all("not recorded in this episode" in p.message for p in report.problems if p.episode)

@@ -20,6 +20,7 @@ from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoReadError, probe_video
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.location import StoreFile, StoreLocation
+from robowds.export.store.row_stream import read_order
 from robowds.export.store.schema import MediaPathError, Problem, StoreSchema, media_hint, open_store
 
 FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
@@ -45,7 +46,12 @@ class StoreReport:
     missing: dict[str, int] = field(default_factory=dict)  # field -> episodes that did not record it
 
     def add_float32_loss(self, name: str, episode: str, loss: PrecisionLoss) -> None:
-        self.float32_losses[name] = worst(self.float32_losses.get(name), (episode, loss))
+        """Keeps the worst episode; of equal ones the first by id, in whatever order episodes come."""
+        kept = self.float32_losses.get(name)
+        if kept is not None and episode < kept[0]:
+            self.float32_losses[name] = worst((episode, loss), kept)  # the earlier id first: it wins a tie
+        else:
+            self.float32_losses[name] = worst(kept, (episode, loss))
         self.float32_counts[name] = self.float32_counts.get(name, 0) + 1
 
     @property
@@ -140,14 +146,22 @@ def validate_store(root: Path | StoreLocation, progress: bool = False, max_episo
     report = StoreReport(schema, problems=list(schema.problems))
     broken_fields = {p.field for p in schema.errors if p.field is not None}
     loader = EpisodeLoader(schema, [name for name in schema.fields if name not in broken_fields])
-    episodes = loader.load_all(schema.episode_ids)
+    # read in the tables' row order (each row group streamed forward once: row_stream.py), reported
+    # in episode id order: each episode's problems are set aside until then
+    episodes = loader.load_all(read_order(schema, schema.episode_ids))
+    found: dict[str, list[Problem]] = {}
     for data, errors in tqdm(episodes, total=len(schema.episode_ids), desc="validate", unit="ep",
                              disable=not progress):
+        before = len(report.problems)
         for error in errors:
             report.problems.append(Problem("error", error.reason, episode=error.episode_id, field=error.field,
                                            hint=error.hint))
         timed = any(schema.fields[e.field].kind in ("timeseries", "video") for e in errors if e.field)
         _check_episode(schema, data, report, max_episode_s, extent=not (timed or schema.errors))
+        found[data.episode_id] = report.problems[before:]
+        del report.problems[before:]
+    for ep in schema.episode_ids:
+        report.problems += found.pop(ep, [])
     for name, count in sorted(report.missing.items()):
         if count == len(schema.episode_ids):  # a field recorded nowhere has no samples and no width
             report.problems.append(Problem("error", "not recorded in any episode (every cell is null or empty)",
