@@ -1,13 +1,14 @@
 """A store whose tables are one large row group (what `pyarrow.parquet.write_table` makes by default,
-up to 1M rows per group) against the same store in row groups of 64 episodes: export time, in one run.
+up to 1M rows per group) against the same store in row groups of 64 episodes: export time and the
+peak RSS of the export's whole process tree (main process and workers, summed, sampled every 20 ms).
 
-Each export task reads the episodes of its batch (8 by default) from whole row groups. Without the
-per-worker row-group memo (`export/store/episodes.py`), every task decoded the whole large group
-again: the cost grows with the table times the number of tasks, quadratic in the store. With it, a
-worker decodes each row group once per job. `--before REV` also times git revision REV's code
+Each export task reads the rows of its batch (8 episodes by default) through a forward cursor per
+table (`export/store/row_stream.py`): one record batch at a time, each worker passing each table
+once per job. Before that, a worker kept the whole decoded row group for its next task (46a6514),
+and before that every task decoded it again. `--before REV` also runs git revision REV's code
 (`git archive` of `export/` and `reader/` as the `robowds` package) on both stores, interleaved.
 
-    python scripts/bench_row_groups.py [--episodes 400] [--repeats 2] [--before REV]
+    python scripts/bench_row_groups.py [--episodes 400] [--workers 1] [--repeats 2] [--before REV]
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 
 from robowds.export.cli.synth import write_synthetic_store
@@ -39,12 +42,41 @@ def stores(root: Path, episodes: int) -> dict[str, Path]:
     return {"row groups of 64": small, "one row group": large}
 
 
-def export_s(store: Path, out: Path, env: dict[str, str]) -> float:
+def tree_rss(process: psutil.Process) -> int:
+    """RSS of a process and all its descendants now."""
+    total = 0
+    try:
+        family = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for member in family:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def export_run(store: Path, out: Path, env: dict[str, str], workers: int) -> tuple[float, int]:
+    """(seconds, peak RSS bytes of the process tree) of one `python -m robowds.export`."""
     shutil.rmtree(out, ignore_errors=True)
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers", "1",
-                    "--set", "exclude=[overview]"], check=True, env=env, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - began
+    proc = subprocess.Popen([sys.executable, "-m", "robowds.export", str(store), str(out), "--quiet", "--workers",
+                             str(workers), "--set", "exclude=[overview]"], env=env, stdout=subprocess.DEVNULL)
+    peak, watched = 0, psutil.Process(proc.pid)
+
+    def sample() -> None:
+        nonlocal peak
+        while proc.poll() is None:
+            peak = max(peak, tree_rss(watched))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    if proc.wait():
+        raise SystemExit(f"export of {store} failed")
+    sampler.join()
+    return time.perf_counter() - began, peak
 
 
 def archived(rev: str, folder: Path) -> dict[str, str]:
@@ -59,8 +91,9 @@ def archived(rev: str, folder: Path) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--before", help="also time this git revision's code")
+    parser.add_argument("--before", help="also run this git revision's code")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -69,15 +102,27 @@ def main() -> None:
         if args.before:
             codes[f"before ({args.before})"] = archived(args.before, root / "before")
         best: dict[tuple[str, str], float] = {}
+        peak: dict[tuple[str, str], int] = {}
         for _ in range(args.repeats):
             for code, env in codes.items():
                 for layout, store in layouts.items():
-                    took = export_s(store, root / "out", env)
+                    took, rss = export_run(store, root / "out", env, args.workers)
                     best[code, layout] = min(best.get((code, layout), float("inf")), took)
-    print(f"{args.episodes} synthetic episodes, 1 worker, best of {args.repeats}, seconds per export (job + start-up)")
+                    peak[code, layout] = max(peak.get((code, layout), 0), rss)
+    print(f"{args.episodes} synthetic episodes, {args.workers} worker(s), best of {args.repeats}: seconds per export "
+          "(job + start-up) and the highest peak RSS of the process tree")
+    mib = 2**20
     for code in codes:
         small, large = best[code, "row groups of 64"], best[code, "one row group"]
-        print(f"  {code:24s}: row groups of 64 {small:6.2f} s   one row group {large:6.2f} s   -> {large / small:.2f}x")
+        small_rss, large_rss = peak[code, "row groups of 64"], peak[code, "one row group"]
+        print(f"  {code:22s}: row groups of 64 {small:6.2f} s {small_rss / mib:6.0f} MiB   one row group "
+              f"{large:6.2f} s {large_rss / mib:6.0f} MiB   -> {large / small:.2f}x time, "
+              f"{large_rss / small_rss:.2f}x memory")
+    if args.before:
+        before = f"before ({args.before})"
+        for layout in layouts:
+            print(f"  {layout}: this code / before: {best['this code', layout] / best[before, layout]:.2f}x time, "
+                  f"{peak['this code', layout] / peak[before, layout]:.2f}x memory")
 
 
 if __name__ == "__main__":

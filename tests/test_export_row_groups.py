@@ -94,11 +94,11 @@ def test_a_table_changed_between_two_exports_in_one_process_is_read_again(tmp_pa
 def test_an_in_process_export_keeps_no_row_group_after_it_ends(tmp_path: Path) -> None:
     """`--workers 1` runs the tasks in this process: their row cursors are freed when the job ends (a
     notebook would otherwise hold a record batch and a Parquet file of every table)."""
-    from robowds.export.store import episodes
+    from robowds.export.store import row_stream
 
     store = write_synthetic_store(tmp_path / "store", episodes=16, seed=3).root
     export(store, tmp_path / "out")
-    assert episodes._CURSORS == {}
+    assert row_stream._CURSORS == {}
 
 
 def test_validate_reads_a_table_of_integer_ids_forward_and_reports_in_id_order(

@@ -48,9 +48,8 @@ from robowds.export.job.report import SplitStats, build_manifest, report_warning
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
-from robowds.export.store.episodes import drop_row_groups
 from robowds.export.store.location import StoreLocation, store_location
-from robowds.export.store.row_stream import read_order
+from robowds.export.store.row_stream import drop_row_groups, read_order
 from robowds.export.store.schema import STORE_YAML, fingerprint
 
 WORK_DIR = ".robowds-work"

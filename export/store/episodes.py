@@ -1,8 +1,8 @@
-"""Reading episodes' data out of the store, a few row groups at a time.
+"""Reading episodes' data out of the store, a few rows at a time.
 
-Workers get batches of episodes; each table's row groups are read once per batch with only the columns
-needed, so a task never loads a whole table and no episode is read twice; a worker keeps the last row
-group of each table for its next batch of the same job (`_ROW_GROUPS`).
+Workers get batches of episodes in the tables' row order; each episode's row is read with only the
+columns needed through a forward cursor per table (`row_stream.py`), so a task never decodes a whole
+row group, let alone a table, and a worker passes each table once per job.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from robowds.export.core.resample import RawSeries
 from robowds.export.errors import EpisodeError, UserError
 from robowds.export.store.location import RemoteStoreError
-from robowds.export.store.row_stream import RowCursor
+from robowds.export.store.row_stream import RowReader
 from robowds.export.store.schema import FieldSpec, MediaPathError, StoreSchema, media_hint
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
@@ -183,27 +182,13 @@ def check_image_decodes(blob: bytes, episode: str, name: str, source: str) -> No
                            hint="re-export or replace the image file") from exc
 
 
-# Row cursors (`row_stream.RowCursor`) of earlier loaders of this process, for the next batch of the
-# same job: the export sends a worker its batches in row order, so its cursor in a table moves forward
-# and each row group is decoded once per worker and job, never held whole. Keyed by the store's
-# content hash (the job's fingerprint), the table, the row group and the columns, so a changed table
-# is never read through an old cursor. One cursor per table and job (the batches move forward), at
-# most CURSORS_KEPT in all: each holds one record batch and one data page per column.
-CURSORS_KEPT = 8
-_CURSORS: dict[tuple[str | None, str, int, tuple[str, ...]], RowCursor] = {}
 LOAD_AHEAD = 8  # episodes whose rows are read in one forward pass (an export task's batch)
-
-
-def drop_row_groups() -> None:
-    """Free the row cursors this process keeps (`_CURSORS`): the export calls it when its tasks are
-    done, so a process that ran a job in-process (`--workers 1`, a notebook) does not hold them on."""
-    _CURSORS.clear()
 
 
 class EpisodeLoader:
     """Loads `EpisodeData` for batches of episode ids from a store. `content_key`: the store's
     fingerprint, when the caller has one (the export's tasks): then row cursors are kept for the next
-    loader of this process (`_CURSORS`).
+    loader of this process (`row_stream.RowReader`).
 
     Memory: the rows of `LOAD_AHEAD` episodes (copied out of the Parquet record batches) and what the
     cursors hold (`row_stream.py`), whatever the size of the tables' row groups. Episodes are best
@@ -213,9 +198,7 @@ class EpisodeLoader:
         self.schema = schema
         self.fields = fields
         self.content_key = content_key
-        self._tables: dict[str, pq.ParquetFile] = {}  # opened once per loader: a remote footer is a GET
-        # without a content key (validate, verify): this loader's own cursors, keyed as `_CURSORS`
-        self._cursors: dict[tuple[str | None, str, int, tuple[str, ...]], RowCursor] = {}
+        self._reader = RowReader(schema.location, content_key)
 
     def load(self, episode_ids: list[str]) -> Iterator[EpisodeData | EpisodeError]:
         """Episodes in the given order, or the error that makes one unreadable (the batch goes on);
@@ -263,36 +246,7 @@ class EpisodeLoader:
                     continue  # open_store reported the episode missing from this table
                 group, row = self.schema.rows[table][ep]
                 wanted.append((table, group, row, ep))
-        out: dict[tuple[str, str], dict[str, pa.Array]] = {}
-        for table, group, row, ep in sorted(wanted):  # row order: each cursor moves forward only
-            try:
-                out[table, ep] = self._cursor(table, group).row(row)
-            except RemoteStoreError as exc:  # a store in object storage: connection lost, access denied
-                self._forget(table)
-                raise EpisodeError(ep, None, f"table {table} cannot be read: {exc}", hint=exc.hint) from exc
-        return out
-
-    def _cursor(self, table: str, group: int) -> RowCursor:
-        """The cursor in this row group's needed columns (kept from an earlier loader of the same job)."""
-        wanted, extras = self._columns(table)
-        columns = wanted + extras
-        kept = _CURSORS if self.content_key is not None else self._cursors
-        key = (self.content_key, table, group, tuple(columns))
-        if key not in kept:
-            if table not in self._tables:
-                self._tables[table] = self.schema.location.parquet(table, stream=True)
-            for old in [k for k in kept if k[:2] == key[:2]]:
-                del kept[old]  # one cursor per table and job: the batches move forward
-            kept[key] = RowCursor(self._tables[table], group, columns)
-            while len(kept) > CURSORS_KEPT:
-                del kept[next(iter(kept))]
-        return kept[key]
-
-    def _forget(self, table: str) -> None:
-        """Drop the cursor in this table (a read failed midway: pyarrow's batch iterator is spent)."""
-        kept = _CURSORS if self.content_key is not None else self._cursors
-        for key in [k for k in kept if k[:2] == (self.content_key, table)]:
-            del kept[key]
+        return self._reader.read(wanted, {table: sum(self._columns(table), []) for table in self.schema.tables})
 
     def _load_one(self, ep: str, rows: dict[tuple[str, str], dict[str, pa.Array]],
                   problems: list[EpisodeError] | None = None) -> EpisodeData:

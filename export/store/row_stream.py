@@ -5,18 +5,19 @@ one column chunk: `read_row_group` decodes all of it (20k synthetic episodes: ~3
 even `iter_batches` on a `ParquetFile` opened the default way first reads the whole column chunk
 (pyarrow's `pre_buffer=True`), which for incompressible samples is as large as the decoded column.
 
-How: a `RowCursor` streams one row group with `iter_batches` on a file opened with `pre_buffer=False`
-and a read buffer (`StoreLocation.parquet(stream=True)`): pyarrow then holds one data page (~1 MB by pyarrow's default
-`data_page_size`) and one record batch of `batch_rows` rows at a time. A cursor only moves forward;
-the loader (`episodes.py`) takes the rows a batch of episodes needs in row order, copies each one out of its record
-batch, and lets the rest go. Rows before the cursor restart it from the group's first row.
+How: a `RowCursor` streams one row group with `iter_batches` on a file opened with pre-buffering off
+and a read buffer (`StoreLocation.parquet(stream=True)`): pyarrow then holds one data page per
+column (~1 MB by pyarrow's default `data_page_size`) and one record batch at a time. A cursor only
+moves forward; a `RowReader` takes the rows a batch of episodes needs in row order, copies each one
+out of its record batch and lets the rest go. A row before the cursor restarts it at the group's
+first row.
 
-Scaling: memory is one record batch (`batch_rows` rows, aimed at `BATCH_BYTES` of encoded column data)
-plus one data page per column, plus the rows handed out, whatever the row group's size. Time: a cursor
-passes each row once while its requests move forward; the export sends each worker its batches in
-row order (`read_order`), so a worker decodes each table once per job, as the row-group memo of
-46a6514 did, without holding it. A request behind the cursor costs a pass from the group's start up
-to that row: a caller that reads in an order other than `read_order` pays for it in time, not memory.
+Scaling: memory is one record batch (aimed at `BATCH_BYTES` decoded) plus one data page per column
+and cursor, plus the rows handed out, whatever the row group's size. Time: a cursor passes each row
+once while its requests move forward; the export sends each worker its batches in row order
+(`read_order`), so a worker decodes each table once per job, as the row-group memo of 46a6514 did,
+without holding it. A request behind the cursor costs a pass from the group's start up to that
+row: a caller that reads in another order than `read_order` pays for it in time, not memory.
 """
 
 from __future__ import annotations
@@ -25,10 +26,27 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from robowds.export.errors import EpisodeError
+from robowds.export.store.location import RemoteStoreError, StoreLocation
 from robowds.export.store.schema import StoreSchema
 
 BATCH_BYTES = 4 << 20  # decoded bytes of a record batch the cursor aims at
 MAX_BATCH_ROWS = 256  # tiny rows: enough to keep pyarrow's per-batch cost (~20 us) out of the way
+CURSORS_KEPT = 8  # cursors a process keeps (`_CURSORS`): each holds a record batch and a page per column
+
+# Cursors of earlier `RowReader`s of this process, for the next batch of the same job: the export sends
+# a worker its batches in row order, so its cursor in a table moves forward and each row group is
+# decoded once per worker and job, never held whole. Keyed by the store's content hash (the job's
+# fingerprint), the table, the row group and the columns, so a changed table is never read through an
+# old cursor; one cursor per table and job (the batches move forward).
+CursorKey = tuple[str | None, str, int, tuple[str, ...]]
+_CURSORS: dict[CursorKey, "RowCursor"] = {}
+
+
+def drop_row_groups() -> None:
+    """Free the cursors this process keeps (`_CURSORS`): the export calls it when its tasks are done,
+    so a process that ran a job in-process (`--workers 1`, a notebook) does not hold them on."""
+    _CURSORS.clear()
 
 
 def read_order(schema: StoreSchema, episode_ids: list[str]) -> list[str]:
@@ -91,3 +109,49 @@ class RowCursor:
         # concat_arrays copies the row's values (and needs no pyarrow.compute, ~0.3 s to import per
         # worker), so what a caller keeps does not pin the whole record batch
         return {c: pa.concat_arrays([self._batch.column(c).slice(at, 1)]) for c in self.columns}
+
+
+class RowReader:
+    """Rows of a store's tables, each episode's row as 1-row arrays of the needed columns.
+
+    `content_key`: the store's fingerprint, when the caller has one (the export's tasks): then cursors
+    are kept in the process for the next reader of the same job (`_CURSORS`); without one (validate,
+    verify) they are this reader's own."""
+
+    def __init__(self, location: StoreLocation, content_key: str | None = None) -> None:
+        self.location = location
+        self.content_key = content_key
+        self._files: dict[str, Any] = {}  # table -> ParquetFile, opened once: a remote footer is a GET
+        self._own: dict[CursorKey, RowCursor] = {}
+
+    def read(self, wanted: list[tuple[str, int, int, str]],
+             columns: dict[str, list[str]]) -> dict[tuple[str, str], dict[str, pa.Array]]:
+        """(table, episode) -> its row, for `wanted` = (table, row group, row, episode) items, reading
+        `columns[table]`, in row order: one forward pass per row group."""
+        out: dict[tuple[str, str], dict[str, pa.Array]] = {}
+        for table, group, row, ep in sorted(wanted):
+            try:
+                out[table, ep] = self._cursor(table, group, columns[table]).row(row)
+            except RemoteStoreError as exc:  # a store in object storage: connection lost, access denied
+                self._forget(table)  # its batch iterator is spent
+                raise EpisodeError(ep, None, f"table {table} cannot be read: {exc}", hint=exc.hint) from exc
+        return out
+
+    def _kept(self) -> dict[CursorKey, RowCursor]:
+        return _CURSORS if self.content_key is not None else self._own
+
+    def _cursor(self, table: str, group: int, columns: list[str]) -> RowCursor:
+        kept, key = self._kept(), (self.content_key, table, group, tuple(columns))
+        if key not in kept:
+            if table not in self._files:
+                self._files[table] = self.location.parquet(table, stream=True)
+            self._forget(table)  # one cursor per table and job: the batches move forward
+            kept[key] = RowCursor(self._files[table], group, columns)
+            while len(kept) > CURSORS_KEPT:
+                del kept[next(iter(kept))]
+        return kept[key]
+
+    def _forget(self, table: str) -> None:
+        kept = self._kept()
+        for key in [k for k in kept if k[:2] == (self.content_key, table)]:
+            del kept[key]
