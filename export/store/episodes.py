@@ -17,7 +17,7 @@ import pyarrow as pa
 from robowds.export.core.resample import RawSeries
 from robowds.export.errors import EpisodeError, UserError
 from robowds.export.store.location import RemoteStoreError
-from robowds.export.store.row_stream import RowReader
+from robowds.export.store.row_stream import RowReader, batch_rows
 from robowds.export.store.schema import FieldSpec, MediaPathError, StoreSchema, media_hint
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
@@ -375,11 +375,11 @@ def ns_to_seconds(streams: dict[str, np.ndarray | RawSeries]) -> tuple[dict[str,
 
 def series_widths(schema: StoreSchema, names: list[str]) -> dict[str, int]:
     """N (value columns) of each named time-series field, from its first recorded episode: the width an
-    episode that did not record the stream is padded to. Streams those columns only, a few rows at a
-    time (`stream=True`: one data page and one record batch in memory, not the row group's column
-    chunks), until each field has one; typically the first row, so O(1) in the number of episodes and
-    in the size of the row group (a table written as one row group was decoded whole here: +540 MB
-    at 20k synthetic episodes).
+    episode that did not record the stream is padded to. Streams those columns only, in record
+    batches of ~4 MiB (`stream=True`: one data page per column and one batch in memory, not the row
+    group's column chunks), until each field has one; typically the first batch, so O(1) in the
+    number of episodes and in the size of the row group (a table written as one row group was
+    decoded whole here: +540 MB at 20k synthetic episodes).
 
     A field that no episode recorded is an error (there is nothing to window, nor a width)."""
     widths: dict[str, int] = {}
@@ -392,7 +392,8 @@ def series_widths(schema: StoreSchema, names: list[str]) -> dict[str, int]:
             table_file = schema.location.parquet(table, stream=True)
         except RemoteStoreError as exc:
             raise UserError(f"store table {exc}", hint=exc.hint) from exc
-        for batch in table_file.iter_batches(batch_size=8, columns=sorted(todo)):
+        rows = batch_rows(table_file, 0, sorted(todo)) if table_file.metadata.num_row_groups else 1
+        for batch in table_file.iter_batches(batch_size=rows, columns=sorted(todo)):
             for name in sorted(todo):
                 spec, column = schema.fields[name], batch.column(name)
                 load = _typed_series if spec.layout == "typed" else _series

@@ -64,7 +64,7 @@ def read_order(schema: StoreSchema, episode_ids: list[str]) -> list[str]:
 _VALUE_BYTES = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
 
 
-def _batch_rows(pfile: Any, group: int, columns: list[str]) -> int:
+def batch_rows(pfile: Any, group: int, columns: list[str]) -> int:
     """Rows per record batch for these columns of this group: `BATCH_BYTES` of their decoded size,
     estimated from the footer as values x value size (the encoded size alone can be 10x too small:
     dictionary-encoded samples), byte arrays at their uncompressed encoded size."""
@@ -85,7 +85,7 @@ class RowCursor:
 
     def __init__(self, pfile: Any, group: int, columns: list[str]) -> None:
         self.pfile, self.group, self.columns = pfile, group, columns
-        self._rows = _batch_rows(pfile, group, columns)
+        self._rows = batch_rows(pfile, group, columns)
         self._restart()
 
     def _restart(self) -> None:
