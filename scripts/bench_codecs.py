@@ -13,7 +13,6 @@ time per window (median of `--windows` windows).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
@@ -24,6 +23,8 @@ import numpy as np
 
 from robowds.export.media.clips import encode_av1, encode_jpegs, encode_mp4, psnr
 from robowds.reader.decode import decode_member
+
+import benchlib
 
 # vendored in the repository (tests/realdata.py names the same file), so the script runs from a clean clone
 VIDEO = (ROOT / "tests" / "data" / "real" / "unitree_g1_lerobot_v2.1_real" / "videos" / "chunk-000"
@@ -46,10 +47,12 @@ def source_frames(video: Path, size: tuple[int, int] | None) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # --repeats: unused (each figure is a median over --windows windows); kept for one option set
+    parser = benchlib.parser(__doc__, repeats=1, quick={"windows": 2})
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--video", type=Path, default=VIDEO, help="the source video (default: the vendored G1 episode 1)")
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_codecs", args)
     if not args.video.exists():
         raise SystemExit(f"the video is not here: {args.video} (the vendored one is committed under tests/data/real)")
     print(f"{args.video.name}: 20-frame windows at 10 Hz, median of {args.windows} windows, one thread")
@@ -73,6 +76,11 @@ def main() -> None:
             label = f"{frames.shape[2]}x{frames.shape[1]}"
             print(f"{label:<9} {name:<6} {statistics.mean(sizes):>11,.0f} {statistics.mean(quality):>8.1f} "
                   f"{statistics.median(enc_ms):>10.1f} {statistics.median(dec_ms):>10.1f}")
+            report.add(f"{label} {name}: bytes per frame", statistics.mean(sizes), "B")
+            report.add(f"{label} {name}: PSNR", statistics.mean(quality), "dB")
+            report.add(f"{label} {name}: encode per window (median)", statistics.median(enc_ms), "ms")
+            report.add(f"{label} {name}: decode per window (median)", statistics.median(dec_ms), "ms")
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ each is the best of `--repeats` runs of at least `--seconds`; ratio = ours / def
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import tempfile
@@ -30,6 +29,8 @@ from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset, ShardLoader
 from robowds.reader.collation import collate
 
+import benchlib
+
 BATCH = 32
 
 
@@ -44,12 +45,12 @@ def rate(out: Path, collate_fn: Callable[[list[dict[str, Any]]], Any], workers: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchlib.parser(__doc__, repeats=2, quick={"episodes": 8, "seconds": 0.2, "repeats": 1})
     parser.add_argument("--episodes", type=int, default=120)
     parser.add_argument("--stride", type=int, default=4, help="anchor stride of the export")
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_collate", args)
     warnings.simplefilter("ignore")  # default_collate warns about the read-only (mapped) arrays
     with tempfile.TemporaryDirectory(prefix="bench_collate_") as tmp:
         store, out = Path(tmp) / "store", Path(tmp) / "out"
@@ -70,6 +71,9 @@ def main() -> None:
                 best["torch"] = max(best["torch"], rate(out, default_collate, workers, args.seconds))
             print(f"workers={workers:<4d} {best['ours']:12,.0f}/s {best['torch']:13,.0f}/s "
                   f"{best['ours'] / best['torch']:5.2f}x")
+            report.add(f"reader.collate, workers={workers} (vs default_collate)", best["ours"], "samples/s",
+                       baseline=best["torch"])
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ every `--gop` frames (LeRobot encodes with g=2; ffmpeg's default is 250).
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+import benchlib
 
 VIDEO = pa.struct([("path", pa.string()), ("fps", pa.float64()), ("start_s", pa.float64()), ("end_s", pa.float64())])
 FPS = 30
@@ -86,11 +87,13 @@ def export_s(store: Path, out: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # --repeats: unused (one export of each store); kept for one option set
+    parser = benchlib.parser(__doc__, repeats=1, quick={"episodes": 4, "frames": 30})
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--frames", type=int, default=150, help="frames per episode (30 fps)")
     parser.add_argument("--gop", type=int, default=30, help="keyframe interval of the encodes")
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_segments", args)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for kind in ("files", "segments"):
@@ -101,6 +104,9 @@ def main() -> None:
     print(f"  one file per episode (baseline): {times['files']:6.2f} s  ({per['files']:6.1f} ms/episode)")
     print(f"  segments of one file (ours)    : {times['segments']:6.2f} s  ({per['segments']:6.1f} ms/episode)")
     print(f"  segments / files: {times['segments'] / times['files']:.2f}x")
+    report.add("export per episode, segments of one file (vs one file each)", per["segments"], "ms",
+               baseline=per["files"])
+    report.finish()
 
 
 if __name__ == "__main__":
