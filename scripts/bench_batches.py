@@ -17,7 +17,6 @@ first item (the start-up every epoch of workers pays, whatever the dataset). Nee
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -29,6 +28,8 @@ import torch
 
 from robowds.reader import ShardDataset, ShardLoader
 from robowds.reader.collation import Collate
+
+import benchlib
 
 
 class PerSample(Collate):
@@ -90,13 +91,14 @@ def bench(out: Path, batch: int, repeats: int) -> dict[tuple[str, int], tuple[fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # --repeats: measured rounds (medians), after one warm-up round
+    parser = benchlib.parser(__doc__, repeats=5, quick={"episodes": 8, "repeats": 1})
     parser.add_argument("--data", type=Path, help="a folder with exports small/ and large/ (default: export them)")
     parser.add_argument("--episodes", type=int, default=120, help="synthetic store size when exporting")
-    parser.add_argument("--repeats", type=int, default=5, help="measured rounds (medians), after one warm-up round")
     parser.add_argument("--large-batch", type=int, default=32, help="batch size for the large samples")
     parser.add_argument("--large-stride", type=int, default=16, help="anchor stride of the large export")
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_batches", args)
     with tempfile.TemporaryDirectory(prefix="bench_batches_") as tmp:
         data = args.data
         if data is None:
@@ -120,12 +122,20 @@ def main() -> None:
                 (w0, s0), (w2, s2) = result[(path, 0)], result[(path, 2)]
                 print(f"  {path:16s} workers=2 / workers=0: {100 * w2 / w0:5.1f}% (steady {100 * s2 / s0:5.1f}%)"
                       f"  target >= {goal}%")
+                report.add(f"{name}, {path}: workers=2 (vs workers=0)", w2, "samples/s", baseline=w0,
+                           target=f">= {goal / 100:.2f}x")
             ratio = result[("batch path", 2)][0] / result[("per-sample path", 2)][0]
             print(f"  batch path / per-sample path, workers=2: {ratio:.2f}x")
+            report.add(f"{name}, workers=2: batch path (vs per-sample path)", result[("batch path", 2)][0],
+                       "samples/s", baseline=result[("per-sample path", 2)][0])
     nbytes = 16 << 20
     fresh, reused = fill_ms(True, nbytes, 10), fill_ms(False, nbytes, 10)
     print(f"fill a 16 MiB shared storage: fresh {fresh:.1f} ms, reused {reused:.1f} ms")
-    print(f"a plain DataLoader with 2 workers over one tiny item: {startup_ms(2, 5):.0f} ms to its first item")
+    startup = startup_ms(2, 5)
+    print(f"a plain DataLoader with 2 workers over one tiny item: {startup:.0f} ms to its first item")
+    report.add("fill a 16 MiB shared storage: reused (vs fresh)", reused, "ms", baseline=fresh)
+    report.add("plain DataLoader, 2 workers, to its first item", startup, "ms")
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ and the first read's latency were a large part of a ~60 ms run.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import statistics
@@ -27,6 +26,8 @@ from robowds.export.cli.main import main as robowds
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset
 from robowds.reader.source import ShardSource
+
+import benchlib
 
 
 def drop_caches() -> None:
@@ -73,10 +74,10 @@ def ours(out: Path, block: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchlib.parser(__doc__, repeats=5, quick={"episodes": 4, "repeats": 1})
     parser.add_argument("--episodes", type=int, default=320, help="~2.8 MB of samples per episode")
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_cold_read", args)
     try:
         drop_caches()
     except subprocess.CalledProcessError:
@@ -108,6 +109,9 @@ def main() -> None:
             best, median = size / min(runs), size / statistics.median(runs)
             print(f"  {name:<36} {best / 1e6:9.0f} {best / base[min]:7.0%} {median / 1e6:12.0f} "
                   f"{median / base[statistics.median]:7.0%}")
+            if not name.startswith("raw"):
+                report.add(f"cold read, {name} (vs raw sequential)", best / 1e6, "MB/s", baseline=base[min] / 1e6)
+    report.finish()
 
 if __name__ == "__main__":
     main()

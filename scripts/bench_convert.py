@@ -24,7 +24,6 @@ the work) is printed too, steadier than wall time when other jobs share the core
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -36,6 +35,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+import benchlib
+
 ROOT = Path(__file__).resolve().parents[1]
 G1 = ROOT / "tests" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
 HUSKY = ROOT / "tests" / "data" / "real" / "rosbag1_real_clearpath_imu_odom_gps"
@@ -44,12 +45,7 @@ G1_EPISODES = {1: 393, 2: 343}  # the vendored episodes and their frame counts
 
 def best(fn: Callable[[], Any], repeats: int) -> float:
     """The fastest of `repeats` runs of fn, in seconds."""
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - began)
-    return min(times)
+    return benchlib.timed(fn, repeats).best
 
 
 def race(read: Callable[[], Any], convert: Callable[[Path], Any], store: Path,
@@ -139,7 +135,7 @@ def lerobot_dataset(root: Path, episodes: int) -> tuple[Path, list[Path], int]:
     return root, files, frames
 
 
-def bench_lerobot(tmp: Path, episodes: int, repeats: int) -> None:
+def bench_lerobot(tmp: Path, episodes: int, repeats: int, report: benchlib.Report) -> None:
     from robowds.export.convert.lerobot import convert_lerobot
 
     src, files, frames = lerobot_dataset(tmp / "lerobot", episodes)
@@ -148,11 +144,13 @@ def bench_lerobot(tmp: Path, episodes: int, repeats: int) -> None:
         def convert(store: Path) -> None:
             convert_lerobot(src, store, workers=workers)
 
-        print(line(workers, "frames", frames, *race(lambda: on_pool(read_parquet, files, workers), convert,
-                                                    tmp / "lerobot_store", repeats)))
+        times = race(lambda: on_pool(read_parquet, files, workers), convert, tmp / "lerobot_store", repeats)
+        print(line(workers, "frames", frames, *times))
+        report.add(f"LeRobot v2.1 convert, workers={workers} (vs read-only)", frames / times[1], "frames/s",
+                   baseline=frames / times[0])
 
 
-def bench_ros(tmp: Path, copies: int, repeats: int) -> None:
+def bench_ros(tmp: Path, copies: int, repeats: int, report: benchlib.Report) -> None:
     from robowds.export.convert.rosbag import convert_rosbag
 
     for name, source in (("ROS 1 bag (bz2 chunks)", HUSKY / "original" / "test1.bag"),
@@ -170,8 +168,10 @@ def bench_ros(tmp: Path, copies: int, repeats: int) -> None:
             def convert(store: Path) -> None:
                 convert_rosbag(folder, store, workers=workers)
 
-            print(line(workers, "msg", messages, *race(lambda: on_pool(read_bag, bags, workers), convert,
-                                                       tmp / "ros_store", repeats)))
+            times = race(lambda: on_pool(read_bag, bags, workers), convert, tmp / "ros_store", repeats)
+            print(line(workers, "msg", messages, *times))
+            report.add(f"{name.split(' (')[0]} convert, workers={workers} (vs read-only)", messages / times[1],
+                       "msg/s", baseline=messages / times[0])
 
 
 def g1_frames(count: int) -> np.ndarray:
@@ -188,7 +188,7 @@ def g1_frames(count: int) -> np.ndarray:
     return np.stack(out)
 
 
-def bench_media(tmp: Path, count: int, repeats: int) -> None:
+def bench_media(tmp: Path, count: int, repeats: int, report: benchlib.Report) -> None:
     import av
 
     from robowds.export.media.encode import encode_frames, mux_jpegs
@@ -218,24 +218,28 @@ def bench_media(tmp: Path, count: int, repeats: int) -> None:
     size = (tmp / "ffv1.mkv").stat().st_size / 1e6
     print(f"    FFV1 encode_frames 640x480: {n / ffv1:,.1f} frames/s ({n} frames, {size:.1f} MB, "
           f"{frames[:n].nbytes / 1e6 / ffv1:.0f} MB/s of raw RGB)")
+    report.add("MJPEG mux_jpegs (vs writing the bytes)", count / muxed, "frames/s", baseline=count / raw)
+    report.add("FFV1 encode_frames 640x480", n / ffv1, "frames/s")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchlib.parser(__doc__, repeats=5, quick={"lerobot_episodes": 2, "ros_copies": 1, "jpeg_frames": 10,
+                                                        "repeats": 1})
     parser.add_argument("--only", choices=("lerobot", "ros", "media"), default=None)
     parser.add_argument("--lerobot-episodes", type=int, default=200)
     parser.add_argument("--ros-copies", type=int, default=4)
     parser.add_argument("--jpeg-frames", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_convert", args)
     print(f"python {sys.version.split()[0]}, repeats {args.repeats} (best of)")
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "lerobot"):
-            bench_lerobot(Path(tmp), args.lerobot_episodes, args.repeats)
+            bench_lerobot(Path(tmp), args.lerobot_episodes, args.repeats, report)
         if args.only in (None, "ros"):
-            bench_ros(Path(tmp), args.ros_copies, args.repeats)
+            bench_ros(Path(tmp), args.ros_copies, args.repeats, report)
         if args.only in (None, "media"):
-            bench_media(Path(tmp), args.jpeg_frames, args.repeats)
+            bench_media(Path(tmp), args.jpeg_frames, args.repeats, report)
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -48,6 +48,8 @@ from typing import Any
 
 import psutil
 
+import benchlib
+
 ROOT = Path(__file__).resolve().parents[1]
 SYNTH_SETS = ["streams.joints.rate_hz=50", "streams.imu.rate_hz=100", "streams.imu.duration_s=0.5",
               "streams.imu.offset_s=-0.5", "splits.val=0.1"]
@@ -139,7 +141,8 @@ def breakdown(name: str, runs: dict[int, dict[str, Any]]) -> None:
           "serial, its workers' CPU, start-up included, split evenly over 2 cores)")
 
 
-def measure(name: str, store: Path, tmp: Path, sets: list[str], repeats: int, before: tuple[str, Path] | None) -> None:
+def measure(name: str, store: Path, tmp: Path, sets: list[str], repeats: int, before: tuple[str, Path] | None,
+            report: benchlib.Report) -> None:
     """Best of `repeats` for 1 and 2 workers (and the same with revision `before`'s code), interleaved
     so that a slow spell of a shared machine hits every row."""
     codes = {"": None, **({f" at {before[0]}": before[1]} if before else {})}
@@ -160,6 +163,8 @@ def measure(name: str, store: Path, tmp: Path, sets: list[str], repeats: int, be
         job_ratio = best[label, 1]["job_s"] / best[label, 2]["job_s"]
         print(f"{name}{label} ratio 2 workers / 1 worker: {ratio:.2f}x (job only: {job_ratio:.2f}x; target "
               f"{TARGET}x: {'met' if ratio >= TARGET else 'missed'})")
+        report.add(f"{name}{label}: 2 workers (vs 1 worker), process wall", best[label, 2]["process_s"], "s",
+                   baseline=best[label, 1]["process_s"], ratio=ratio, target=f"ratio >= {TARGET}x")
         breakdown(name, {w: best[label, w] for w in (1, 2)})
 
 
@@ -192,22 +197,21 @@ def g1_store(tmp: Path) -> tuple[Path, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchlib.parser(__doc__, repeats=2, quick={"episodes": 8, "repeats": 1})
     parser.add_argument("--episodes", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=None,
                         help=f"synthetic export overrides (default: {' '.join(SYNTH_SETS)})")
     parser.add_argument("--only", choices=("synthetic", "g1"), help="run one of the two exports")
     parser.add_argument("--before", metavar="REV", help="also run every export with git revision REV's code "
                         "(REV must have the phase profile: 9b72131 or later)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)  # STORE OUT WORKERS SETS-JSON
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]), json.loads(args.child[3]))
         return
     from robowds.export.cli.synth import write_synthetic_store
 
-    print(f"load average at the start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs); best of {args.repeats}")
+    report = benchlib.Report("bench_export", args)  # prints the load at the start
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         before = (args.before, archived(args.before, tmp)) if args.before else None
@@ -217,11 +221,11 @@ def main() -> None:
             source_mb = sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) / 1e6
             print(f"synthetic store: {summary.episodes} episodes, {summary.total_seconds:.0f} s of data, "
                   f"{source_mb:.1f} MB")
-            measure("synthetic", store, tmp, args.overrides or SYNTH_SETS, args.repeats, before)
+            measure("synthetic", store, tmp, args.overrides or SYNTH_SETS, args.repeats, before, report)
         if args.only in (None, "g1"):
             store, sets = g1_store(tmp)
-            measure("G1 video (jpg)", store, tmp, sets, args.repeats, before)
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+            measure("G1 video (jpg)", store, tmp, sets, args.repeats, before, report)
+    report.finish()  # prints the load at the end
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ and with fields=[joints, actions]. Printed ratios: camera+fields / no-camera who
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from fractions import Fraction
@@ -31,6 +30,8 @@ import numpy as np
 from robowds.export.cli.main import main as robowds
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader.dataset import ShardDataset
+
+import benchlib
 
 FIELDS = ["joints", "actions"]
 
@@ -94,11 +95,11 @@ def per_sample(out: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchlib.parser(__doc__, repeats=3, quick={"episodes": 2, "min_s": 0.1, "repeats": 1})
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--min-s", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_fields", args)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         summary = write_synthetic_store(root / "store", episodes=args.episodes, seed=0)
@@ -122,6 +123,10 @@ def main() -> None:
     print(f"camera+fields / no camera whole:  {selected / rows['no camera, whole']:.2f} (target >= 0.80)")
     print(f"camera+fields / no camera+fields: {selected / rows[f'no camera, fields={FIELDS}']:.2f}")
     print(f"camera+fields / camera whole:     {selected / rows['camera, whole']:.1f}x")
+    report.add(f"camera, fields={FIELDS} (vs no camera, whole)", selected, "samples/s",
+               baseline=rows["no camera, whole"], target=">= 0.80x")
+    report.add(f"camera, fields={FIELDS} (vs camera, whole)", selected, "samples/s", baseline=rows["camera, whole"])
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ batch tensors). Printed: samples/s and npz / members ratios.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -38,6 +37,8 @@ from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader.decode import IMAGE_EXTS
 from robowds.reader.format import BLOCK, END_OF_ARCHIVE, group_samples, iter_members, parse_npy_header
 from robowds.reader.npz import PACKED, encode_npz, npz_entries
+
+import benchlib
 
 PARTS = ("tar headers", "tar padding", "zip structure", "npy headers", "payload")
 
@@ -101,10 +102,10 @@ def rate(make: Callable[[], Any], min_s: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = benchlib.parser(__doc__, repeats=3, quick={"min_s": 0.1, "repeats": 1})
     parser.add_argument("--min-s", type=float, default=1.5)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_layout", args)
     from robowds.reader import ShardDataset, ShardLoader
     from robowds.reader.collation import collate
 
@@ -119,10 +120,12 @@ def main() -> None:
                                 "--set", f"shard.layout={layout}"]) == 0
 
         print("bytes (share of shard bytes)")
+        per_sample: dict[tuple[str, str], float] = {}
         for (size, layout), out in outs.items():
             parts, total, samples, hypothetical = byte_shares(out)
             shares = "  ".join(f"{name} {100 * value / total:5.1f}%" for name, value in parts.items())
             overhead = parts["tar headers"] + parts["tar padding"]
+            per_sample[size, layout] = total / samples
             print(f"  {size:7s} {layout:7s}: {total / samples:9.0f} B/sample  {shares}  "
                   f"-> tar headers + padding {100 * overhead / total:.1f}%, all non-payload "
                   f"{100 * (total - parts['payload']) / total:.1f}%")
@@ -131,6 +134,9 @@ def main() -> None:
                     print(f"  {size:7s} (not written) npz holding {what:17s}: {whole / samples:9.0f} B/sample, "
                           f"tar headers + padding {100 * overhead / whole:.1f}%")
 
+        for size in ("default", "large"):
+            report.add(f"{size} samples: bytes, npz (vs members)", per_sample[size, "npz"], "B/sample",
+                       baseline=per_sample[size, "members"])
         print(f"\nread (in-process, samples/s, best of {args.repeats}; the machine may be loaded: compare ratios)")
         rows: dict[str, Callable[[Path], Callable[[], Any]]] = {
             "whole": lambda out: lambda: ShardDataset(out, "train", seed=0),
@@ -149,6 +155,9 @@ def main() -> None:
                         best[layout] = max(best[layout], rate(make(outs[size, layout]), args.min_s))
                 print(f"  {size:7s} {row:18s}: members {best['members']:9.0f}  npz {best['npz']:9.0f}  "
                       f"npz/members {best['npz'] / best['members']:.2f}x")
+                report.add(f"{size} samples, {row}: npz (vs members)", best["npz"], "samples/s",
+                           baseline=best["members"])
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Printed: best and first seconds, and peak memory allocated (tracemalloc) during 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import time
 import tracemalloc
@@ -26,6 +25,8 @@ import numpy as np
 
 from robowds.reader.mixing import MixPlan, SourcePlan
 from robowds.reader.plan import EpochOrder, Topology, worker_chunks
+
+import benchlib
 
 WORLD, WORKERS, BATCH, RANK, WORKER, FRACTION, PER_SHARD, SOURCES = 8, 8, 32, 5, 7, 0.99, 1000, 20
 BUILD_CHUNK = 1 << 22
@@ -97,11 +98,11 @@ def measure(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, float, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchlib.parser(__doc__, repeats=3, quick={"sizes": [1e5], "repeats": 1})
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 1e8])
     parser.add_argument("--old-max", type=float, default=1e8, help="largest size the materialised baseline runs at")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_mixture", args)
     print(f"{SOURCES} sources, world {WORLD}, {WORKERS} workers per rank, batch {BATCH}; rank {RANK} worker "
           f"{WORKER}: plan + (source, id) of its first batch after a resume at {FRACTION:.0%}; best of {args.repeats}")
     print(f"{'positions':>12} {'case':<8} {'plan':<13} {'best s':>9} {'first s':>9} {'peak MB':>9}   "
@@ -117,11 +118,18 @@ def main() -> None:
                     continue
                 seconds, first, peak = measure(lambda: fn(sources, weights, world, history), args.repeats)
                 rows[name] = (seconds, peak)
+                if name == "per-position":
+                    report.add(f"{total:,} positions, {case}: peak memory", peak, "MB")
                 print(f"{total:>12,} {case:<8} {name:<13} {seconds:>9.4f} {first:>9.4f} {peak:>9.1f}",
                       end="" if name == "per-position" and "materialised" in rows else "\n")
             if "materialised" in rows:
                 (t_old, m_old), (t_new, m_new) = rows["materialised"], rows["per-position"]
                 print(f"   {t_old / t_new:,.0f}x faster, {m_old / max(m_new, 1e-3):,.0f}x less memory")
+                report.add(f"{total:,} positions, {case}: per-position (vs materialised)", t_new, "s",
+                           baseline=t_old, ratio=t_old / t_new, target="ratio = x faster")
+            else:
+                report.add(f"{total:,} positions, {case}: per-position", rows["per-position"][0], "s")
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ samples after the resume come from, and on average one batch of 32.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import time
 import tracemalloc
@@ -25,6 +24,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from robowds.reader.plan import PlanSpec, RankPlan, Topology
+
+import benchlib
 
 WORLD, WORKERS, BATCH, RANK, WORKER, FRACTION, PER_SHARD, BLOCK = 8, 8, 32, 5, 7, 0.99, 1000, 4096
 _PLAN_SALT = 0x7E5
@@ -108,11 +109,11 @@ def locality(ids: np.ndarray, counts: Sequence[int]) -> tuple[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchlib.parser(__doc__, repeats=3, quick={"sizes": [1e5], "repeats": 1})
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 1e8])
     parser.add_argument("--old-max", type=float, default=1e7, help="largest size the old plan is run at")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_plan", args)
     print(f"world {WORLD}, {WORKERS} workers per rank, batch {BATCH}, block {BLOCK}, shards of {PER_SHARD}; "
           f"rank {RANK} worker {WORKER}: plan + first batch after a resume at {FRACTION:.0%}; best of {args.repeats}")
     print(f"{'samples':>12} {'case':<8} {'plan':<4} {'best s':>9} {'first s':>9} {'peak MB':>9} {'shards/4096':>12} "
@@ -127,12 +128,19 @@ def main() -> None:
                     continue
                 seconds, first, peak, ids = measure(lambda: fn(counts, world, history), args.repeats)
                 rows[name] = (seconds, peak, ids)
+                if name == "new":
+                    report.add(f"{size:,} samples, {case}: new plan, peak memory", peak, "MB")
                 shards, per_batch = locality(ids, counts)
                 print(f"{size:>12,} {case:<8} {name:<4} {seconds:>9.3f} {first:>9.3f} {peak:>9.1f} {shards:>12} "
                       f"{per_batch:>13.1f}", end="" if name == "new" and "old" in rows else "\n")
             if "old" in rows:
                 (t_old, m_old, _), (t_new, m_new, _) = rows["old"], rows["new"]
                 print(f"   {t_old / t_new:,.0f}x faster, {m_old / m_new:,.0f}x less memory")
+                report.add(f"{size:,} samples, {case}: new plan (vs old)", t_new, "s", baseline=t_old,
+                           ratio=t_old / t_new, target="ratio = x faster")
+            else:
+                report.add(f"{size:,} samples, {case}: new plan", rows["new"][0], "s")
+    report.finish()
 
 
 if __name__ == "__main__":

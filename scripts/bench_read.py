@@ -107,6 +107,8 @@ from robowds.reader.format import BLOCK, iter_members, parse_npy_header
 from robowds.reader.manifest import read_local_index
 from robowds.reader.plan import PlanSpec, rank_sequence
 
+import benchlib
+
 PAGE = 4096
 CHUNK = 1 << 20
 BATCH = 32
@@ -516,6 +518,26 @@ def print_targets(rows: list[Compared], ex: Export) -> None:
           f"workers=2 {w2.rate / old2.rate:.2f}x")
 
 
+def report_figures(report: benchlib.Report, rows: list[Compared], ex: Export) -> None:
+    """The figures of one export's table that the page publishes: ours against tuned webdataset and wids,
+    and the issue-16 item-6 ratios (workers=2 / workers=0, against the raw fresh read)."""
+    by = {c.row.label: c.row for c in rows}
+    for c in rows:
+        if c.row.label.startswith("ours") and c.tuned is not None:
+            report.add(f"{ex.name}: {c.row.label} (vs wds tuned)", c.row.rate, "samples/s", baseline=c.tuned.rate,
+                       target=">= 2x" if ex.name == "small" else "")
+        if c.row.label.startswith("ours") and c.wids is not None:
+            report.add(f"{ex.name}: {c.row.label} (vs wids)", c.row.rate, "samples/s", baseline=c.wids.rate)
+    w0, w2 = by["ours ShardLoader(32), workers=0"], by["ours ShardLoader(32), workers=2"]
+    fresh = by["raw fresh: per-sample np.empty"]
+    goal = 0.50 if ex.per_sample > 100_000 else 0.80
+    report.add(f"{ex.name}: ShardLoader(32) workers=2 (vs workers=0)", w2.rate, "samples/s", baseline=w0.rate,
+               target=f">= {goal:.2f}x")
+    for row in (w0, w2, by["ours ShardDataset samples"]):
+        report.add(f"{ex.name}: {row.label} (vs raw fresh)", row.rate, "samples/s", baseline=fresh.rate,
+                   target=">= 0.85x")
+
+
 def print_table(rows: list[Compared]) -> None:
     raw = rows[0].row
     print(f"{'':38s} {'samples/s':>10s} {'MB/s':>9s} {'vs tuned':>8s} {'vs wids':>7s} {'vs limit':>10s} "
@@ -560,7 +582,7 @@ def check_same_values(ex: Export, wids_ds: Any, n: int = 4) -> None:
           + ", ".join(f"{k} {v}" for k, v in writable.items()))
 
 
-def time_plan(samples: int, per_shard: int, repeats: int) -> None:
+def time_plan(samples: int, per_shard: int, repeats: int) -> float:
     """Seconds to build one epoch's plan for `samples` samples (`robowds.reader.plan.rank_sequence`, what a
     ShardDataset computes at the start of each epoch), best of `repeats`."""
     counts = tuple([per_shard] * (samples // per_shard) + ([samples % per_shard] if samples % per_shard else []))
@@ -575,6 +597,7 @@ def time_plan(samples: int, per_shard: int, repeats: int) -> None:
             del order
         print(f"plan: rank_sequence for {samples:,} samples in {len(counts):,} shards of {per_shard}, "
               f"world_size={world}: {best:.2f} s (best of {repeats})")
+    return best
 
 
 def first_batch_after_resume(ex: Export, workers: int, fraction: float | None, repeats: int) -> tuple[int, float]:
@@ -630,20 +653,21 @@ def profile_small(ex: Export, top: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchlib.parser(__doc__, repeats=2, quick={"episodes": 4, "min_s": 0.05, "max_s": 0.2, "repeats": 1,
+                                                        "plan_samples": 100_000})
     parser.add_argument("--episodes", type=int, default=120, help="synthetic store size (both exports)")
     parser.add_argument("--large-stride", type=int, default=16, help="anchor stride of the large export")
     parser.add_argument("--imu-seconds", type=float, default=100.0, help="IMU window of the large export (200 Hz)")
     parser.add_argument("--min-s", type=float, default=1.0, help="run whole passes for at least this long")
     parser.add_argument("--max-s", type=float, default=2.5, help="stop a measurement after this long")
-    parser.add_argument("--repeats", type=int, default=2, help="best of N")
     parser.add_argument("--plan-samples", type=int, default=10_000_000,
                         help="time the epoch plan for this many samples (0: skip)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of our small-sample path")
     parser.add_argument("--ours-only", action="store_true",
                         help="skip the webdataset and wids rows (and their value check): raw, limits and ours only")
     parser.add_argument("--top", type=int, default=18, help="cProfile entries to print")
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_read", args)
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_read_") as tmp:
@@ -671,16 +695,19 @@ def main() -> None:
             rows = bench_size(ex, spans, wids_ds, args)
             print_table(rows)
             print_targets(rows, ex)
+            report_figures(report, rows, ex)
             wids_ds.close()
         print()
         for ex in (small, large):
             print_resume(ex, args.repeats)
         if args.plan_samples:
             print()
-            time_plan(args.plan_samples, 1024, args.repeats)
+            plan_s = time_plan(args.plan_samples, 1024, args.repeats)
+            report.add(f"plan: rank_sequence, {args.plan_samples:,} samples", plan_s, "s")
         if args.profile:
             profile_small(small, args.top)
     print(f"\ntotal {time.perf_counter() - began:.1f} s")
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ ratios are against (a). The machine is shared: compare the ratios of one run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import sys
@@ -39,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the fault proxy and the moto server the tests use
 
 from fault_proxy import FaultProxy, s3_behind_proxy  # noqa: E402
+
+import benchlib  # noqa: E402
 
 from robowds.export.cli.main import main as robowds  # noqa: E402
 from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
@@ -70,11 +71,13 @@ def row(name: str, proxy: FaultProxy, expected: list[tuple[Any, ...]], latency_s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # --repeats: unused (one pass per row); kept for one option set
+    parser = benchlib.parser(__doc__, repeats=1, quick={"episodes": 4, "latency_ms": 1.0})
     parser.add_argument("--episodes", type=int, default=60, help="synthetic episodes (default 60)")
     parser.add_argument("--stride", type=int, default=2, help="anchor every N grid frames (default 2)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_remote", args)
     latency = args.latency_ms / 1000
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,6 +106,8 @@ def main() -> None:
         for r in rows:
             gets = f"{plain['gets'] / r['gets']:.0f}x fewer GETs" if r["gets"] else "no GETs"
             print(f"  {r['name']:<38} {r['rate'] / plain['rate']:6.1f}x samples/s, {gets}")
+            report.add(f"{r['name']} (vs (a) per-sample requests)", r["rate"], "samples/s", baseline=plain["rate"])
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ and before that every task decoded it again. `--before REV` also runs git revisi
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import shutil
@@ -29,6 +28,8 @@ import psutil
 import pyarrow.parquet as pq
 
 from robowds.export.cli.synth import write_synthetic_store
+
+import benchlib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,12 +90,12 @@ def archived(rev: str, folder: Path) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchlib.parser(__doc__, repeats=2, quick={"episodes": 8, "repeats": 1})
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--before", help="also run this git revision's code")
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_row_groups", args)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         layouts = stores(root, args.episodes)
@@ -118,11 +119,17 @@ def main() -> None:
         print(f"  {code:22s}: row groups of 64 {small:6.2f} s {small_rss / mib:6.0f} MiB   one row group "
               f"{large:6.2f} s {large_rss / mib:6.0f} MiB   -> {large / small:.2f}x time, "
               f"{large_rss / small_rss:.2f}x memory")
+        report.add(f"{code}: one row group (vs row groups of 64), time", large, "s", baseline=small)
+        report.add(f"{code}: one row group (vs row groups of 64), peak RSS", large_rss / mib, "MiB",
+                   baseline=small_rss / mib)
     if args.before:
         before = f"before ({args.before})"
         for layout in layouts:
             print(f"  {layout}: this code / before: {best['this code', layout] / best[before, layout]:.2f}x time, "
                   f"{peak['this code', layout] / peak[before, layout]:.2f}x memory")
+            report.add(f"{layout}: this code (vs {before}), peak RSS", peak["this code", layout] / mib, "MiB",
+                       baseline=peak[before, layout] / mib)
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ its per-episode sketches would not fit in memory (26 x 512 x 16 bytes per episod
 
 from __future__ import annotations
 
-import argparse
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -27,6 +26,8 @@ import msgpack
 import numpy as np
 
 from robowds.export.core.stats import FieldStats, StatsAccumulator
+
+import benchlib
 
 KINDS = ("normal", "uniform", "heavy", "bimodal", "discrete", "far", "near_zero", "wide")
 DIMS, STEPS = 26, 600
@@ -163,11 +164,13 @@ def measure(fold: Callable[[list[bytes], int], dict[str, Any]], records: list[by
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # --repeats: unused (one fold per size, then one under tracemalloc); kept for one option set
+    parser = benchlib.parser(__doc__, repeats=1, quick={"episodes": [100], "pool": 20})
     parser.add_argument("--episodes", type=int, nargs="+", default=[1000, 4000, 100_000])
     parser.add_argument("--pool", type=int, default=250, help="distinct synthetic episodes, used in turn")
     parser.add_argument("--old-limit", type=int, default=4000, help="largest episode count the old sketch runs")
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_stats", args)
     rng = np.random.default_rng(0)
     kinds = [KINDS[d % len(KINDS)] for d in range(DIMS)]
     data = [np.stack([sample(rng, k, STEPS) for k in kinds], axis=1) for _ in range(args.pool)]  # [STEPS, DIMS]
@@ -180,13 +183,18 @@ def main() -> None:
     for episodes in args.episodes:
         new_line, new_wall, new_peak = measure(fold_new, new_records, episodes, ordered)  # type: ignore[misc]
         print(f"{episodes:>7} episodes  new: {new_line}")
+        report.add(f"{episodes:,} episodes: new sketch, peak memory", new_peak / 1e6, "MB")
         if episodes <= args.old_limit:
             old_line, old_wall, old_peak = measure(fold_old, old_records, episodes, ordered)  # type: ignore[misc]
             print(f"{episodes:>7} episodes  old: {old_line}")
             print(f"{episodes:>7} episodes  old/new: {old_wall / new_wall:.1f}x time, {old_peak / new_peak:.1f}x memory")
+            report.add(f"{episodes:,} episodes: new sketch (vs old), wall", new_wall, "s", baseline=old_wall,
+                       ratio=old_wall / new_wall, target="ratio = x faster")
         else:
             print(f"{episodes:>7} episodes  old: not run (its sketches alone take "
                   f"{episodes * DIMS * OLD_SKETCH_POINTS * 16 / 1e9:.1f} GB before the final sort)")
+            report.add(f"{episodes:,} episodes: new sketch, wall", new_wall, "s")
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ uploaded has the links followed and no `media_roots` (object storage has no link
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -32,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the fault proxy and the moto server the tests use
 
 from fault_proxy import s3_behind_proxy  # noqa: E402
+
+import benchlib  # noqa: E402
 
 from robowds.export.cli.main import main as robowds  # noqa: E402
 from robowds.export.store.location import drop_media_blocks  # noqa: E402
@@ -73,10 +74,11 @@ def video_reads(ranges: list[tuple[str, str, str]], sizes: dict[str, int]) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchlib.parser(__doc__, repeats=2, quick={"latency_ms": 1.0, "repeats": 1})
     parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (first byte)")
-    parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_store_s3", args)
+    local_best, s3_best = float("inf"), float("inf")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         store = flat_store(work)
@@ -96,6 +98,7 @@ def main() -> None:
                 assert robowds(["export", "s3://robots/g1", str(remote), *EXPORT,
                                 "--storage-options", json.dumps(options)]) == 0
                 s3_s = time.perf_counter() - began
+                local_best, s3_best = min(local_best, local_s), min(s3_best, s3_s)
                 same = files(remote) == files(local)
                 print(f"repeat {repeat}: local {local_s:.1f} s, s3 {s3_s:.1f} s ({s3_s / local_s:.2f}x), "
                       f"byte-identical: {same}, requests: {len(proxy.ranges)}")
@@ -103,6 +106,8 @@ def main() -> None:
                     print(f"  {path.rsplit('/', 1)[1]}: {gets} GETs, {total} bytes of {sizes[path]} "
                           f"({total / sizes[path]:.2f}x), largest GET {largest}")
                 proxy.configure(None)
+    report.add("export of the G1 store from S3 (vs local)", s3_best, "s", baseline=local_best)
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -72,7 +72,6 @@ Ratios: (a)/(c) windows/s with the same worker count (target >= 5x); (a) ShardDa
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -85,6 +84,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
+
+import benchlib
 
 CAMERAS = ("cam_a", "cam_b")
 ENCODINGS = ("raw", "jpg", "mp4", "av1")  # av1: SVT-AV1 clips, stored as .mp4 members
@@ -441,14 +442,14 @@ def fmt_row(row: Row) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = benchlib.parser(__doc__, repeats=2, quick={"episodes": 2, "budget": 0.3, "repeats": 1})
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--source", choices=sorted(SOURCES), default="lerobot",
                     help="how the source videos are encoded (what on-the-fly loading decodes)")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per measurement run")
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dir", type=Path, help="work folder (kept); default: a temporary folder")
-    args = ap.parse_args()
+    args = benchlib.parse(ap)
+    report = benchlib.Report("bench_video", args)
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -535,9 +536,17 @@ def main() -> int:
             ratios = [rows[f"{enc}/w{w}"].windows_s / rows[f"{c}/w{w}"].windows_s for c in on_the_fly for w in (0, 2)]
             rb = rows[f"{enc}/ds"].windows_s / rows[f"{enc}/b"].windows_s
             print(f"{enc:<8}" + "".join(f"{r:>18.1f}x" for r in ratios) + f"{rb:>25.0%}")
+            for c in on_the_fly:
+                for w in (0, 2):
+                    report.add(f"{enc}, workers={w}: ShardLoader (vs ({c}) on-the-fly)", rows[f"{enc}/w{w}"].windows_s,
+                               "windows/s", baseline=rows[f"{c}/w{w}"].windows_s,
+                               target=">= 5x" if c == "c" else "")
+            report.add(f"{enc}: ShardDataset (vs (b) codec-only limit)", rows[f"{enc}/ds"].windows_s, "windows/s",
+                       baseline=rows[f"{enc}/b"].windows_s, target=">= 0.80x")
         print("targets: (a)/(c) >= 5x, (a)/(b) >= 80%; (c*) = (c) with our faster rgb conversion, (t) = LeRobot's "
               "torchcodec path, for reference")
         print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+        report.finish()
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -50,6 +50,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import benchlib
+
 ROOT = Path(__file__).resolve().parents[1]
 G1 = ROOT / "tests" / "data" / "real" / "unitree_g1_lerobot_v2.1_real"
 CAMERA = "observation_images_cam_high"
@@ -343,20 +345,19 @@ def jpeg_alternatives(video: Path, count: int = 120) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = benchlib.parser(__doc__, repeats=3, quick={"repeats": 1})
     parser.add_argument("--before", metavar="REV", help="also time the exports with git revision REV's code")
     parser.add_argument("--x264", action="store_true", help="also time libx264 per-window clips (not offered)")
     parser.add_argument("--jpeg", action="store_true", help="also time other ways to make a frame's JPEG")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # STORE OUT REPEATS, for --before
-    args = parser.parse_args()
+    args = benchlib.parse(parser)
     if args.child:
         child(Path(args.child[0]), Path(args.child[1]), int(args.child[2]))
         return
 
     from robowds.export.cli.main import main as robowds
 
-    print(f"load average at the start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    report = benchlib.Report("bench_video_export", args)  # prints the load at the start
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         with contextlib.redirect_stdout(io.StringIO()):
@@ -398,6 +399,10 @@ def main() -> None:
             met = "met" if min(ratio) >= TARGET else ("met on CPU time" if ratio[1] >= TARGET else "missed")
             print(f"  {label} {enc} ms/window{'':<{32 - len(label) - len(enc)}}{wall * ms:6.2f} | {cpu * ms:6.2f}"
                   f"   -> {ratio[0]:.0%} | {ratio[1]:.0%} of the decode-only rate (target {TARGET:.0%}: {met})")
+            report.add(f"{label} {enc} per window, wall (vs decode only)", wall * ms, "ms", baseline=decode[0] * ms,
+                       ratio=ratio[0], target=f"ratio >= {TARGET:.2f}x")
+            report.add(f"{label} {enc} per window, CPU (vs decode only)", cpu * ms, "ms", baseline=decode[1] * ms,
+                       ratio=ratio[1], target=f"ratio >= {TARGET:.2f}x")
     wall, cpu = best[NO_CAMERA]
     print(f"  export without the camera ms/window{'':<13}{wall * ms:6.2f} | {cpu * ms:6.2f}   (time series, members, "
           "shards, manifest)")
@@ -411,6 +416,7 @@ def main() -> None:
     print("stored frames (each the anchor of its 2-frame window) against the stored RGB, all frames pooled:")
     for name, (size, db) in scores.items():
         print(f"  {name:<17} {db:6.2f} dB" + (f"   {size:8,.0f} bytes/frame" if size else ""))
+        report.add(f"stored frames, {name}: PSNR", db, "dB")
     if x264:
         print(f"2-frame clips of the first 120 frames of {videos[0].name}, CPU ms per window (one thread), bytes "
               "per frame, PSNR of the anchor frames against the stored RGB and against mp4's:")
@@ -421,7 +427,7 @@ def main() -> None:
               "CPU ms per frame:")
     for name, cpu in jpegs:
         print(f"  {name:<40} {cpu:6.2f} ms")
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    report.finish()  # prints the load at the end
 
 
 if __name__ == "__main__":
