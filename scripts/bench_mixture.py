@@ -98,7 +98,7 @@ def measure(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, float, f
 
 
 def main() -> None:
-    parser = benchlib.parser(__doc__, repeats=3, quick={"sizes": [1e5], "repeats": 1})
+    parser = benchlib.parser(__doc__, repeats=3, quick={"sizes": [1e6], "repeats": 1})
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 1e8])
     parser.add_argument("--old-max", type=float, default=1e8, help="largest size the materialised baseline runs at")
     args = benchlib.parse(parser)

@@ -109,7 +109,7 @@ def locality(ids: np.ndarray, counts: Sequence[int]) -> tuple[int, float]:
 
 
 def main() -> None:
-    parser = benchlib.parser(__doc__, repeats=3, quick={"sizes": [1e5], "repeats": 1})
+    parser = benchlib.parser(__doc__, repeats=3, quick={"sizes": [1e6], "repeats": 1})
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 1e8])
     parser.add_argument("--old-max", type=float, default=1e7, help="largest size the old plan is run at")
     args = benchlib.parse(parser)
