@@ -22,9 +22,11 @@ demo: $(PY)
 bench: $(PY)
 	$(PY) scripts/bench_export.py
 
-# every benchmark docs/benchmarks.md publishes, in one run (~15 minutes on 2 cores)
+# every benchmark docs/benchmarks.md publishes, in one run (~15 minutes on 2 cores): each script's
+# table, then one summary table; the log goes beside the page, every figure as JSON to bench-out/DATE/
+# (`BENCH_ARGS=--quick` checks that every script runs, in ~5 minutes, with figures that mean nothing)
 bench-all: $(PY)
-	scripts/run_benchmarks.sh | tee docs/benchmarks-run.txt
+	PY=$(PY) scripts/run_benchmarks.sh $(BENCH_ARGS) | tee docs/benchmark-runs/$$(date -u +%Y-%m-%d)-bench-all.txt
 
 clean:
 	rm -rf $(VENV) build *.egg-info

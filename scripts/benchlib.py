@@ -40,7 +40,7 @@ def parser(doc: str | None, *, repeats: int, quick: dict[str, Any] | None = None
     described.add_argument("--json", type=Path, metavar="FILE", help="also write every figure to FILE as JSON")
     described.add_argument("--quick", action="store_true",
                            help="smallest sizes" + (f" ({_quick_text(quick)})" if quick else "")
-                           + ": checks the script runs; its figures mean nothing")
+                           + ", over any given: checks the script runs; its figures mean nothing")
     described.set_defaults(quick_overrides=dict(quick or {}))
     return described
 
@@ -50,11 +50,13 @@ def _quick_text(quick: dict[str, Any]) -> str:
 
 
 def parse(described: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse; with `--quick`, the quick values replace the defaults (options given explicitly still win)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--quick" in argv:
-        described.set_defaults(**described.get_default("quick_overrides"))
-    return described.parse_args(argv)
+    """Parse; with `--quick`, the quick values replace whatever was given, so that `run_benchmarks.sh
+    --quick` shrinks the documented commands too (`--episodes 300 --quick` runs the quick size)."""
+    args = described.parse_args(argv)
+    if args.quick:
+        for name, value in args.quick_overrides.items():
+            setattr(args, name, value)
+    return args
 
 
 @dataclass(frozen=True)
