@@ -153,11 +153,15 @@ def print_table(title: str, figures: list[dict[str, Any]]) -> None:
 
 
 def summary(paths: Sequence[Path]) -> None:
-    """One table of every figure in these JSON files (what `make bench-all` ends with)."""
-    for path in paths:
-        run = json.loads(Path(path).read_text())
-        print_table(f"{run['script']} ({run['started']}, {run['load_start']} -> {run['load_end']})", run["figures"])
-        print()
+    """One table of every figure in these JSON files (what `make bench-all` ends with): a line per run
+    (when, the load), then every figure named by its script."""
+    runs = [json.loads(Path(path).read_text()) for path in paths]
+    for run in runs:
+        quick = ", --quick" if run["quick"] else ""
+        print(f"# {run['script']}: {run['started']}, {run['load_start']} -> {run['load_end']}, "
+              f"best of {run['repeats']}{quick}")
+    print_table("summary", [{**f, "name": f"{run['script'].removeprefix('bench_')}: {f['name']}"}
+                            for run in runs for f in run["figures"]])
 
 
 if __name__ == "__main__":

@@ -69,10 +69,16 @@ def test_report_table_ratios_and_json(benchlib, tmp_path, capsys):
         {"name": "faster (vs old)", "value": 0.5, "unit": "s", "baseline": 2.0, "ratio": 4.0,
          "target": "ratio = x faster"},
         {"name": "alone", "value": 12345.6, "unit": "B", "baseline": None, "ratio": None, "target": ""}]
-    benchlib.summary([tmp_path / "out" / "r.json"])
+    other = dict(run, script="bench_y", quick=True, figures=run["figures"][2:])
+    (tmp_path / "y.json").write_text(json.dumps(other))
+    benchlib.summary([tmp_path / "out" / "r.json", tmp_path / "y.json"])
     summary = capsys.readouterr().out.splitlines()
-    assert summary[0].startswith(f"== bench_x ({run['started']}, {run['load_start']} -> {run['load_end']})")
-    assert summary[2:5] == table[1:4]
+    assert summary[0] == f"# bench_x: {run['started']}, {run['load_start']} -> {run['load_end']}, best of 2"
+    assert summary[1] == f"# bench_y: {run['started']}, {run['load_start']} -> {run['load_end']}, best of 2, --quick"
+    assert summary[2:4] == ["== summary", table[0]]
+    assert [line.split()[:2] for line in summary[4:]] == [["x:", "ours"], ["x:", "faster"], ["x:", "alone"],
+                                                         ["y:", "alone"]]
+    assert summary[6].split() == ["x:", *table[3].split()]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
