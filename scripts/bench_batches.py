@@ -40,14 +40,12 @@ def fill_ms(fresh: bool, nbytes: int, repeats: int) -> float:
     """Best ms to fill `nbytes` of a fresh shared storage (allocated per fill) or of one reused storage."""
     src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)  # [nbytes]
     kept = torch.UntypedStorage._new_shared(nbytes)
-    best = float("inf")
-    for _ in range(repeats):
-        began = time.perf_counter()
+
+    def fill() -> None:  # a fresh storage is released on return, inside the timing
         storage = torch.UntypedStorage._new_shared(nbytes) if fresh else kept
         torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,)).numpy()[:] = src
-        del storage
-        best = min(best, time.perf_counter() - began)
-    return best * 1e3
+
+    return benchlib.timed(fill, repeats).best * 1e3
 
 
 class _One(torch.utils.data.IterableDataset):

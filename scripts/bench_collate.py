@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import io
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -36,12 +35,12 @@ BATCH = 32
 
 def rate(out: Path, collate_fn: Callable[[list[dict[str, Any]]], Any], workers: int, seconds: float) -> float:
     """Samples/s over whole epochs (worker start-up included, as in training) for at least `seconds`."""
-    began, samples = time.perf_counter(), 0
-    while time.perf_counter() - began < seconds:
+    def epoch() -> int:
         loader = ShardLoader(ShardDataset(out, "train", seed=0), batch_size=BATCH, num_workers=workers,
                              collate_fn=collate_fn)
-        samples += sum(len(batch["__key__"]) for batch in loader)
-    return samples / (time.perf_counter() - began)
+        return sum(len(batch["__key__"]) for batch in loader)
+
+    return benchlib.throughput(epoch, seconds)
 
 
 def main() -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -92,13 +91,8 @@ def byte_shares(out: Path) -> tuple[dict[str, int], int, int, list[list[int]]]:
 
 def rate(make: Callable[[], Any], min_s: float) -> float:
     """Samples (or batch rows) per second over whole passes of `make()`'s iterable for at least min_s."""
-    count, began = 0, time.perf_counter()
-    while True:
-        for item in make():
-            count += len(item["__key__"]) if isinstance(item.get("__key__"), list) else 1
-        elapsed = time.perf_counter() - began
-        if elapsed >= min_s:
-            return count / elapsed
+    return benchlib.throughput(lambda: sum(len(item["__key__"]) if isinstance(item.get("__key__"), list) else 1
+                                           for item in make()), min_s)
 
 
 def main() -> None:

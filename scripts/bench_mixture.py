@@ -16,9 +16,6 @@ Printed: best and first seconds, and peak memory allocated (tracemalloc) during 
 
 from __future__ import annotations
 
-import gc
-import time
-import tracemalloc
 from typing import Callable
 
 import numpy as np
@@ -84,17 +81,8 @@ def old_first_batch(sources: list[SourcePlan], weights: np.ndarray, world: int,
 
 def measure(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, float, float]:
     """(best seconds, first run's seconds, peak MB allocated during a run)."""
-    best, first, peak = float("inf"), 0.0, 0.0
-    for k in range(repeats):
-        gc.collect()
-        tracemalloc.start()
-        began = time.perf_counter()
-        fn()
-        took = time.perf_counter() - began
-        peak = max(peak, tracemalloc.get_traced_memory()[1] / 1e6)
-        tracemalloc.stop()
-        best, first = min(best, took), (took if k == 0 else first)
-    return best, first, peak
+    timing = benchlib.timed(fn, repeats, traced=True)
+    return timing.best, timing.first, timing.peak_mb
 
 
 def main() -> None:

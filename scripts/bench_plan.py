@@ -16,9 +16,6 @@ samples after the resume come from, and on average one batch of 32.
 
 from __future__ import annotations
 
-import gc
-import time
-import tracemalloc
 from typing import Callable, Sequence
 
 import numpy as np
@@ -86,18 +83,8 @@ def new_first_batch(counts: Sequence[int], world: int, history: tuple[Topology, 
 
 def measure(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, float, float, np.ndarray]:
     """(best seconds, first run's seconds, peak MB allocated during a run, its result)."""
-    best, first, peak, result = float("inf"), 0.0, 0.0, np.zeros(0)
-    for k in range(repeats):
-        gc.collect()
-        tracemalloc.start()
-        began = time.perf_counter()
-        result = fn()
-        took = time.perf_counter() - began
-        peak = max(peak, tracemalloc.get_traced_memory()[1] / 1e6)
-        tracemalloc.stop()
-        best = min(best, took)
-        first = took if k == 0 else first
-    return best, first, peak, result
+    timing = benchlib.timed(fn, repeats, traced=True)
+    return timing.best, timing.first, timing.peak_mb, timing.result
 
 
 def locality(ids: np.ndarray, counts: Sequence[int]) -> tuple[int, float]:

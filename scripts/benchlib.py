@@ -14,11 +14,13 @@ A script imports it by path: `python scripts/bench_x.py` puts scripts/ first on 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
 import sys
 import time
+import tracemalloc
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -61,9 +63,12 @@ def parse(described: argparse.ArgumentParser, argv: Sequence[str] | None = None)
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds of `repeats` runs of one thing: best (what the tables report) and median (how noisy)."""
+    """Seconds of `repeats` runs of one thing: best (what the tables report), median (how noisy) and
+    first (a cold start); with `traced`, the highest tracemalloc peak of a run; `result`: the last run's."""
 
     runs: tuple[float, ...]
+    peak_bytes: int = 0
+    result: Any = None
 
     @property
     def best(self) -> float:
@@ -73,15 +78,44 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.runs)
 
+    @property
+    def first(self) -> float:
+        return self.runs[0]
 
-def timed(fn: Callable[[], Any], repeats: int) -> Timing:
-    """Wall seconds of `repeats` calls of `fn` (perf_counter; nothing amortised across calls)."""
-    runs = []
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / 1e6
+
+
+def timed(fn: Callable[[], Any], repeats: int, *, traced: bool = False) -> Timing:
+    """Wall seconds of `repeats` calls of `fn` (perf_counter around the call alone). `traced`: a
+    `gc.collect()` before each call (outside the timing) and tracemalloc's peak during it, which counts
+    what Python and numpy allocate and slows allocation-heavy code alike for ours and the baseline."""
+    runs, peak, result = [], 0, None
     for _ in range(max(1, repeats)):
+        if traced:
+            gc.collect()
+            tracemalloc.start()
         began = time.perf_counter()
-        fn()
+        value = fn()
         runs.append(time.perf_counter() - began)
-    return Timing(tuple(runs))
+        result = value  # the previous run's result is released here, outside the timing
+        if traced:
+            peak = max(peak, tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+    return Timing(tuple(runs), peak, result)
+
+
+def throughput(one_pass: Callable[[], int], min_s: float) -> float:
+    """Items per second over whole passes for at least `min_s` seconds; `one_pass()` runs one pass
+    (an epoch) and returns how many items it delivered. Whole passes, so that a pass's start-up (worker
+    processes, opening shards) is in the figure as a training loop pays it."""
+    count, began = 0, time.perf_counter()
+    while True:
+        count += one_pass()
+        elapsed = time.perf_counter() - began
+        if elapsed >= min_s:
+            return count / elapsed
 
 
 @dataclass

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,24 @@ def test_timed_runs_repeats_and_reports_best_and_median(benchlib):
     assert len(calls) == 5 and len(timing.runs) == 5
     assert timing.best == min(timing.runs) and timing.best <= timing.median
     assert benchlib.Timing((3.0, 1.0, 2.0)).best == 1.0 and benchlib.Timing((3.0, 1.0, 2.0)).median == 2.0
+    assert benchlib.Timing((3.0, 1.0, 2.0)).first == 3.0
+    results = iter(range(3))
+    traced = benchlib.timed(lambda: (bytearray(4_000_000), next(results))[1], 3, traced=True)
+    assert traced.result == 2 and 4.0 <= traced.peak_mb < 5.0  # the last run's result; the 4 MB allocation
+    assert benchlib.timed(lambda: bytearray(4_000_000), 1).peak_bytes == 0  # untraced
+
+
+def test_throughput_counts_whole_passes_for_at_least_min_s(benchlib):
+    passes = []
+
+    def one_pass() -> int:
+        passes.append(1)
+        time.sleep(0.01)
+        return 7
+
+    rate = benchlib.throughput(one_pass, 0.05)
+    assert len(passes) >= 5 and rate <= 7 * len(passes) / 0.05  # whole passes until >= min_s
+    assert abs(rate - 7 / 0.01) < 7 / 0.01  # ~700 items/s, sleep-bound
 
 
 def test_report_table_ratios_and_json(benchlib, tmp_path, capsys):
