@@ -54,7 +54,7 @@ second, frames/s = windows/s x 40):
                            `transforms=[Resize((224, 224))]`, bilinear) and hands out uint8
                            [T, H, W, 3] (NHWC), where LeRobot returns the 640x480 frames as float32 in
                            [0, 1]. Skipped with the reason printed when torchcodec does not import
-                           (it needs FFmpeg's shared libraries and a build matching torch; see docs/benchmarks.md).
+                           (it needs FFmpeg's shared libraries and a build matching torch; see docs/benchmark-runs/video.md).
 Every sample-level row reads one byte per 4 KiB page of each camera array (our raw arrays are zero-copy
 views of the memory-mapped shard; without that the row would not read the pixels at all); batched rows
 need no touch, collation copies.

@@ -4,7 +4,7 @@
 # it in docs/benchmark-runs/DATE-bench-all.txt. Each script prints its own benchlib table and writes its
 # figures to bench-out/STAMP/NAME.json; the run ends with one summary table of them all. Arguments (e.g.
 # --quick) go to every script. The torchcodec rows of bench_video appear only where torchcodec imports
-# (see docs/benchmarks.md, "Video throughput"); set TORCHCODEC_PATH to its --target folder to add them.
+# (see docs/benchmark-runs/video.md for the setup); set TORCHCODEC_PATH to its --target folder to add them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
