@@ -76,7 +76,7 @@ def line(workers: int, unit: str, count: int, read: float, conv: float, read_cpu
 
 def on_pool(fn: Callable[[Any], Any], items: list[Any], workers: int) -> None:
     """fn over items on robowds' executor (in-process for 1 worker), results in order."""
-    from robowds.export.job.executor import make_executor
+    from robowds.export.executors.executor import make_executor
 
     executor = make_executor(workers)
     try:

@@ -8,7 +8,7 @@ measured), 1 and 2 workers interleaved per repeat so that slow spells of a share
 the best wall time of each is reported, and their ratio (target >= 1.8x).
 
 Wall-clock ratios mean little on a machine that other jobs load, CPU seconds do: each export also
-reports its phase profile (`robowds.export.job.profile`): the parent process's own CPU time per phase
+reports its phase profile (`robowds.export.executors.profile`): the parent process's own CPU time per phase
 (plan, map, loading the staged records, shard plan, reduce, pool close, manifest and publish), the
 CPU time inside the tasks, and the pool workers' CPU time outside their tasks (start-up, imports,
 argument unpickling). From the 1-worker run it derives two bounds on the 2-worker speedup:
@@ -105,7 +105,7 @@ def list_schedule(each: list[float], workers: int) -> float:
 
 def bounds(profile: dict[str, Any], workers: int = 2) -> tuple[float, float, float]:
     """(serial share, Amdahl bound, list-scheduling bound) of a 1-worker profile for `workers`."""
-    from robowds.export.job.profile import amdahl_bound
+    from robowds.export.executors.profile import amdahl_bound
 
     serial, tasks = profile["parent_cpu_s"], profile["task_cpu_s"]
     total = serial + tasks

@@ -1,4 +1,4 @@
-"""The export's phase profile (export/job/profile.py): what `scripts/bench_export.py` reads to tell the
+"""The export's phase profile (export/executors/profile.py): what `scripts/bench_export.py` reads to tell the
 serial parent's CPU time from the tasks' and the pool's overhead. Real exports, in-process and with a
 real process pool."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.job.config import load_config
-from robowds.export.job.profile import amdahl_bound
+from robowds.export.executors.profile import amdahl_bound
 from robowds.export.job.run import run_export
 
 SETS = ["splits.val=0.25", "shard.max_samples=100", "streams.joints.rate_hz=50"]

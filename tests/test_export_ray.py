@@ -31,7 +31,7 @@ from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.errors import UserError
 from robowds.export.job.config import load_config
-from robowds.export.job.executor import ExecutorChoice
+from robowds.export.executors.executor import ExecutorChoice
 from robowds.export.job.run import run_export
 
 from realdata import g1
@@ -129,8 +129,8 @@ def test_importing_robowds_never_imports_ray() -> None:
     """Every module of the job, the CLI and the Ray backend itself import without importing Ray: it is
     an optional extra, and it is slow to import."""
     code = ("import sys\n"
-            "import robowds.export.cli.main, robowds.export.job.run, robowds.export.job.executor\n"
-            "import robowds.export.job.ray_executor, robowds.export.convert.run, robowds.export.__main__\n"
+            "import robowds.export.cli.main, robowds.export.job.run, robowds.export.executors.executor\n"
+            "import robowds.export.executors.ray_executor, robowds.export.convert.run, robowds.export.__main__\n"
             "from robowds.export.cli.main import build_parser\n"
             "build_parser().parse_args(['export', 'a', 'b', '--executor', 'ray'])\n"
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n")
@@ -316,7 +316,7 @@ def test_convert_on_ray_writes_the_same_store_and_the_same_errors(ray_cluster: A
 @ON_RAY
 def test_a_node_that_does_not_see_a_shared_path_is_named(ray_cluster: Any, tmp_path: Path) -> None:
     """The probe runs on every live node; here the one node lacks a path the tasks would read."""
-    from robowds.export.job.ray_executor import RayExecutor
+    from robowds.export.executors.ray_executor import RayExecutor
 
     executor = RayExecutor(2)
     try:
@@ -339,7 +339,7 @@ def _square(x: int) -> int:
 def test_ray_tasks_are_accounted_as_the_pool_accounts_them(ray_cluster: Any) -> None:
     """Each task's CPU and wall time are measured in the Ray worker that ran it (the export's phase
     profile reads them, as with the process pool); results come back unwrapped."""
-    from robowds.export.job.ray_executor import RayExecutor
+    from robowds.export.executors.ray_executor import RayExecutor
 
     executor = RayExecutor(2)
     try:

@@ -85,7 +85,7 @@ def test_a_pool_worker_that_dies_mid_task_is_one_message_with_its_fix() -> None:
     UserError and its fix, which the CLI prints without a traceback; before, the pool's
     BrokenProcessPool escaped as a raw traceback."""
     from robowds.export.errors import UserError
-    from robowds.export.job.executor import ProcessExecutor
+    from robowds.export.executors.executor import ProcessExecutor
 
     executor = ProcessExecutor(2)
     try:
@@ -108,7 +108,7 @@ def test_a_task_submitted_after_a_worker_died_is_the_same_message() -> None:
     batches are): the next `submit` raises BrokenProcessPool itself, not through a future. That is
     the same UserError, not a traceback; and close() returns with every worker gone."""
     from robowds.export.errors import UserError
-    from robowds.export.job.executor import ProcessExecutor
+    from robowds.export.executors.executor import ProcessExecutor
 
     executor = ProcessExecutor(2)
 
@@ -157,7 +157,7 @@ def test_pool_workers_run_one_blas_thread_each() -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from robowds.export.job.executor import ProcessExecutor
+    from robowds.export.executors.executor import ProcessExecutor
 
     if (os.cpu_count() or 1) < 2 or "OPENBLAS_NUM_THREADS" in os.environ:
         pytest.skip("OpenBLAS starts no extra thread here")

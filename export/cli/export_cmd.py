@@ -12,9 +12,9 @@ from robowds.export.cli.storage import add_storage_options_argument, storage_opt
 from robowds.export.errors import UserError
 
 if TYPE_CHECKING:
-    from robowds.export.job.executor import ExecutorChoice
+    from robowds.export.executors.executor import ExecutorChoice
 
-EXECUTORS = ("local", "ray")  # export/job/executor.py: ExecutorChoice.kind
+EXECUTORS = ("local", "ray")  # export/executors/executor.py: ExecutorChoice.kind
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +60,7 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
 
 def executor_choice(args: argparse.Namespace) -> ExecutorChoice:
     """The backend the command line picked (imported here: the parser must not load the job)."""
-    from robowds.export.job.executor import ExecutorChoice
+    from robowds.export.executors.executor import ExecutorChoice
 
     if args.address and args.executor != "ray":
         raise UserError(f"--address {args.address} needs --executor ray", hint="add --executor ray, or drop --address")

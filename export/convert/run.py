@@ -26,7 +26,7 @@ from tqdm import tqdm
 from robowds.export.convert.episode_store import FieldSpec, arrow_table, store_yaml
 from robowds.export.convert.store_writer import write_store
 from robowds.export.errors import UserError
-from robowds.export.job.executor import LOCAL, ExecutorChoice
+from robowds.export.executors.executor import LOCAL, ExecutorChoice
 
 MAX_SKIPPED_LISTED = 5  # episodes named in the summary line; the report lists them all
 

@@ -34,11 +34,11 @@ from tqdm import tqdm
 from robowds.export import __version__
 from robowds.export.errors import UserError
 from robowds.export.job.config import snap_notes
-from robowds.export.job.executor import LOCAL, ExecutorChoice
+from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.job.out_lock import LOCK_NAME, OutLock
 from robowds.export.job.fsio import fsync_write
 from robowds.export.job.oserrors import os_error, work_note
-from robowds.export.job.profile import JobProfile
+from robowds.export.executors.profile import JobProfile
 from robowds.export.job.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
 from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader, abandon_remote, default_work_root,
                                            local_work_dir, pending, prepare_remote, publish_remote)

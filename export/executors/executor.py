@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from robowds.export.errors import UserError
-from robowds.export.job.task_usage import TaskUsage, run_timed
+from robowds.export.executors.task_usage import TaskUsage, run_timed
 from robowds.export.worker_start import start_worker
 
 T = TypeVar("T")
@@ -169,13 +169,13 @@ class ExecutorChoice:
     def check_available(self) -> None:
         """Fail before anything is written when the backend cannot run here (Ray not installed)."""
         if self.kind == "ray":
-            from robowds.export.job.ray_executor import import_ray
+            from robowds.export.executors.ray_executor import import_ray
 
             import_ray()
 
     def make(self, workers: int) -> Executor:
         if self.kind == "ray":
-            from robowds.export.job.ray_executor import RayExecutor
+            from robowds.export.executors.ray_executor import RayExecutor
 
             return RayExecutor(workers, address=self.address, max_retries=self.max_retries)
         return InlineExecutor() if workers <= 1 else ProcessExecutor(workers)

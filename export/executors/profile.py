@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from robowds.export.job.task_usage import TaskUsage
+from robowds.export.executors.task_usage import TaskUsage
 
 
 @dataclass

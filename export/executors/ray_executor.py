@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from robowds.export.errors import UserError
-from robowds.export.job.task_usage import TaskUsage, run_timed
+from robowds.export.executors.task_usage import TaskUsage, run_timed
 
 T = TypeVar("T")
 R = TypeVar("R")

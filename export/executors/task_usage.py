@@ -18,7 +18,7 @@ R = TypeVar("R")
 @dataclass
 class TaskUsage:
     """CPU and wall seconds spent in tasks, measured where they run: what `run.py`'s phase profile
-    (`export/job/profile.py`) sets against the parent's own CPU time to find the serial share.
+    (`export/executors/profile.py`) sets against the parent's own CPU time to find the serial share.
 
     `worker_cpu_s` holds, per worker process, its whole CPU time (start-up, imports, argument
     unpickling and every task so far) as of its latest finished task; minus `cpu_s` it is the pool's
