@@ -424,7 +424,7 @@ def test_any_other_os_error_on_a_user_path_is_one_error(tmp_path: Path, capsys: 
 def test_os_errors_name_the_right_folder(code: int, filename: str | None, expected: str, tmp_path: Path) -> None:
     """Mapping of the errors root cannot provoke here (root may write anywhere): an error on a store
     file during the export is not blamed on the output folder."""
-    from robowds.export.job.oserrors import os_error
+    from robowds.export.output.oserrors import os_error
     out, store = tmp_path / "out", tmp_path / "store"
     names = {"out": out, "store": store}
     exc = OSError(code, os.strerror(code), *([filename.format(**names)] if filename else []))

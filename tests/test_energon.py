@@ -1,6 +1,6 @@
 """Megatron-Energon loads an export folder directly, without `energon prepare` (issue 15 item 7).
 
-The export writes `.nv-meta/{dataset.yaml,split.yaml,.info.json}` (export/job/energon.py) next to the
+The export writes `.nv-meta/{dataset.yaml,split.yaml,.info.json}` (export/output/energon.py) next to the
 per-shard `<shard>.tar.idx`. Read with the real `megatron-energon` package (`get_train_dataset` +
 `get_loader`, 0 and 2 workers, one pass): every sample of the split exactly once, each member's bytes
 equal to our own tar walk. Publish treats the `.nv-meta/` files like the rest of the export: an
@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from robowds.export.cli.main import main
-from robowds.export.job.energon import DATASET_YAML, INFO_JSON, SPLIT_YAML, collapse, energon_files
+from robowds.export.output.energon import DATASET_YAML, INFO_JSON, SPLIT_YAML, collapse, energon_files
 from robowds.reader import ShardDataset
 from robowds.reader.interop import decode_members
 from robowds.reader.manifest import parse_manifest

@@ -201,7 +201,7 @@ PHASES = ("start", "map", "staged", "reduce", "manifest", "publish", "cleanup", 
 
 def work_phase(out: Path, episodes: int) -> str:
     """The furthest phase an export into `out` has reached, read from what its work folder holds
-    (export/job/run.py, export/job/publish.py): `map` = some episodes staged (`ep-N.rec`), not all; `staged` =
+    (export/job/run.py, export/output/publish.py): `map` = some episodes staged (`ep-N.rec`), not all; `staged` =
     all of them, no shard yet; `reduce` = shard records, temp shards or finished shards in `ready/`;
     `manifest` = the wids indexes / manifest written (or being written) into `ready/`, before the
     journal; `publish` = the journal `publish.json` (the commit point) exists, the manifest is not in

@@ -388,7 +388,7 @@ def test_a_locked_url_is_refused_a_dead_owners_lock_is_taken_over_and_break_lock
     """Item 9 of issue 22 for an output URL: the lock object `.robowds-lock`, made by a conditional put."""
     import socket
 
-    from robowds.export.job.out_lock import LockOwner, pid_namespace
+    from robowds.export.output.out_lock import LockOwner, pid_namespace
 
     options, client, key = s3[1], moto_client(proxy), "locked/.robowds-lock"
     here, ns = socket.gethostname(), pid_namespace()

@@ -19,7 +19,7 @@ FOLDERS = {"robowds.export": ROOT / "export", "robowds.reader": ROOT / "reader"}
 
 # export/ sub-packages, lowest first: a module may import its own layer and the layers before it.
 # robowds.export (the package root: __version__, errors) and robowds.reader sit below all of them.
-LAYERS = ["core", "media", "store", "executors", "job", "convert", "check", "cli"]
+LAYERS = ["core", "media", "store", "executors", "output", "job", "convert", "check", "cli"]
 IO_LIBRARIES = {"av", "pyarrow", "PIL", "tqdm", "fsspec", "torch", "yaml", "msgpack", "subprocess", "shutil"}
 
 

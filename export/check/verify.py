@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from robowds.export.check.result import VerifyResult
 from robowds.export.errors import UserError
-from robowds.export.job.publish import load_finished_manifest
+from robowds.export.output.publish import load_finished_manifest
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
 from robowds.reader.manifest import ShardIndexError, ShardInfo, shard_index, shards_of, split_layout

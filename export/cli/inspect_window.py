@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from robowds.export.errors import UserError
-from robowds.export.job.publish import load_finished_manifest
+from robowds.export.output.publish import load_finished_manifest
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.decode import decode_sample
 from robowds.reader.format import BLOCK, ShardFormatError, parse_header, read_sample

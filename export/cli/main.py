@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robowds {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # a path the user gave: missing, a folder, read-only, disk full (export wraps its own)
-        from robowds.export.job.oserrors import os_error
+        from robowds.export.output.oserrors import os_error
 
         error = os_error(exc, args.command)
         print(f"robowds {args.command}: error: {error}", file=sys.stderr)

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from robowds.export.errors import UserError
-from robowds.export.job.energon import FILES as ENERGON_FILES
-from robowds.export.job.energon import NV_META, energon_files
-from robowds.export.job.fsio import fsync_dir, fsync_write
+from robowds.export.output.energon import FILES as ENERGON_FILES
+from robowds.export.output.energon import NV_META, energon_files
+from robowds.export.output.fsio import fsync_dir, fsync_write
 from robowds.reader.manifest import (MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest, safe_relative,
                                      shards_of)
 

@@ -26,8 +26,8 @@ import os
 import socket
 import uuid
 
-from robowds.export.job.out_lock import LOCK_NAME, LockOwner, held_error, pid_namespace, this_process
-from robowds.export.job.remote_out import RemoteOut
+from robowds.export.output.out_lock import LOCK_NAME, LockOwner, held_error, pid_namespace, this_process
+from robowds.export.output.remote_out import RemoteOut
 
 
 def _dead_here(owner: LockOwner) -> bool:
