@@ -27,7 +27,7 @@ The table's clock and the video's: LeRobot pairs row k with the frame at pts = `
 as some datasets record), the videos get that constant as `clock_offset_s`, so the same pairs come out
 on the exact frame-index grid; each such episode is named in the report's `notes`.
 Feature keys become field names with `.` -> `_` (`observation.state` -> `observation_state`); a key too
-long loses leading parts (`lerobot_meta.lerobot_field_name`). Reading and checking meta/: `lerobot_meta`.
+long loses leading parts (`meta.lerobot_field_name`). Reading and checking meta/: `meta.py`.
 
 Episodes that meta lists but whose Parquet file is absent (a partial download) are skipped and listed
 in `convert_report.json`; video files they lack are one error naming them all (or, with --skip-bad,
@@ -48,8 +48,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robowds.export.convert.episode_store import FieldSpec
-from robowds.export.convert.lerobot_export_config import export_files
-from robowds.export.convert.lerobot_meta import Feature, LeRobotInfo, missing_videos, read_info, task_table
+from robowds.export.convert.lerobot.export_config import export_files
+from robowds.export.convert.lerobot.meta import Feature, LeRobotInfo, missing_videos, read_info, task_table
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
 
