@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robowds.export.convert.hdf5_frames import EOI, SOI, cut_jpeg_rows, fits, pick_length_row
-from robowds.export.convert.hdf5_layout import (DatasetInfo, aloha_keys, detect_layout, natural_key, robomimic_keys,
+from robowds.export.convert.hdf5.frames import EOI, SOI, cut_jpeg_rows, fits, pick_length_row
+from robowds.export.convert.hdf5.layout import (DatasetInfo, aloha_keys, detect_layout, natural_key, robomimic_keys,
                                                 robomimic_rate, split_of_demos, step_kind, unique_fields)
-from robowds.export.convert.hdf5_mapping import match_groups, parse_mapping
+from robowds.export.convert.hdf5.mapping import match_groups, parse_mapping
 
 NAMES = st.text("abcdefghij_0123456789", min_size=1, max_size=8)
 SERIES = DatasetInfo((10, 3), "float32")

@@ -8,13 +8,13 @@ Layouts (detected from the first file, or named with `layout`):
   (14 joints, named as ALOHA names them), `/observations/images/<cam>` raw or JPEG per step; 50 Hz
   (ALOHA's DT = 0.02 s);
 - mapping: a YAML file naming the episode groups, the datasets of each field and the rate or a time
-  dataset (`hdf5_mapping`).
+  dataset (`mapping`).
 
 These formats store no timestamps: step k sits at `k / rate` seconds (float64, from the integer k), the
 rate from the file's attributes, the mapping, or `fps` (which overrides them). Camera frames become one
 video per episode and camera in the store: raw arrays losslessly (FFV1, or `image_codec`), JPEG bytes
-muxed as MJPEG byte for byte. Modules: `hdf5_layout` (pure rules), `hdf5_mapping` (the YAML),
-`hdf5_frames` (camera frames), `hdf5_plan` (files -> plan), `hdf5_episode` (one episode, in a worker).
+muxed as MJPEG byte for byte. Modules: `layout` (pure rules), `mapping` (the YAML),
+`frames` (camera frames), `plan` (files -> plan), `episode` (one episode, in a worker).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from robowds.export.convert.hdf5_episode import EpisodeTask, convert_episode
-from robowds.export.convert.hdf5_layout import LAYOUTS, detect_layout
-from robowds.export.convert.hdf5_mapping import HDF5Mapping, parse_mapping
-from robowds.export.convert.hdf5_plan import (MAPPING_HINT, Options, plan_aloha, plan_mapping, plan_robomimic,
+from robowds.export.convert.hdf5.episode import EpisodeTask, convert_episode
+from robowds.export.convert.hdf5.layout import LAYOUTS, detect_layout
+from robowds.export.convert.hdf5.mapping import HDF5Mapping, parse_mapping
+from robowds.export.convert.hdf5.plan import (MAPPING_HINT, Options, plan_aloha, plan_mapping, plan_robomimic,
                                               read_outline, source_files)
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError

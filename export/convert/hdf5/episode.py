@@ -1,6 +1,6 @@
 """One HDF5 episode (a robomimic demo, an ALOHA file, a mapped group) -> one store row, in a worker.
 
-The plan (`hdf5_plan`) decided every field from the first episode; a task carries that decision
+The plan (`plan`) decided every field from the first episode; a task carries that decision
 (dataset paths, kinds, dtypes, widths) and the episode's clock, and this module reads the episode's
 datasets with h5py and checks them against it: a dataset that is missing, of another dtype or width,
 or of another length than the episode's other per-step datasets is the episode's `UserError` (named
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from robowds.export.convert.hdf5_frames import cut_jpeg_rows, pick_length_row, write_jpegs, write_raw
-from robowds.export.convert.hdf5_layout import store_dtype
+from robowds.export.convert.hdf5.frames import cut_jpeg_rows, pick_length_row, write_jpegs, write_raw
+from robowds.export.convert.hdf5.layout import store_dtype
 from robowds.export.errors import UserError
 
 

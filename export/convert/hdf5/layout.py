@@ -1,6 +1,6 @@
 """HDF5 robot datasets: the pure part of the mapping (no file is opened here).
 
-A file is first described by its *outline* (every dataset's path, shape and dtype; see `hdf5_plan`),
+A file is first described by its *outline* (every dataset's path, shape and dtype; see `plan`),
 and everything that decides what the store gets is a function of that outline and the attributes:
 which layout the file is in, the control rate, which dataset becomes which field of which kind, the
 joint names, the split of each robomimic demo. Kept free of h5py so each rule is testable on its own

@@ -2,7 +2,7 @@
 
 Opens each source file once (metadata only: names, shapes, dtypes, attributes; no array is read
 except robomimic's `mask/*` demo lists and ALOHA's nothing), turns it into an outline, and applies the
-pure rules of `hdf5_layout` / `hdf5_mapping`. The fields come from the first episode; every other
+pure rules of `layout` / `mapping`. The fields come from the first episode; every other
 episode is checked against them when it is converted. Every problem found here is one `UserError`
 naming the file (and episode), with the fix.
 """
@@ -16,13 +16,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from robowds.export.convert.episode_store import FieldSpec
-from robowds.export.convert.hdf5_episode import EpisodeTask, Source, require_h5py
-from robowds.export.convert.hdf5_layout import (ALOHA_DT_S, DatasetInfo, Outline, aloha_keys, aloha_names,
+from robowds.export.convert.hdf5.episode import EpisodeTask, Source, require_h5py
+from robowds.export.convert.hdf5.layout import (ALOHA_DT_S, DatasetInfo, Outline, aloha_keys, aloha_names,
                                                 detect_layout, episode_id, groups_of, natural_key,
                                                 quaternion_declare, robomimic_demos, robomimic_keys,
                                                 robomimic_rate, series_width, split_of_demos, step_kind,
                                                 store_dtype, unique_fields)
-from robowds.export.convert.hdf5_mapping import TIME_UNITS, HDF5Mapping, match_groups
+from robowds.export.convert.hdf5.mapping import TIME_UNITS, HDF5Mapping, match_groups
 from robowds.export.errors import UserError
 
 SUFFIXES = (".hdf5", ".h5", ".he5")

@@ -15,7 +15,7 @@ fields:
 ```
 
 Parsed here without touching a file: every mistake (an unknown key, a field name the store refuses, a
-rate and a time dataset both or neither) is a ValueError with the key named; `hdf5_plan` adds the file.
+rate and a time dataset both or neither) is a ValueError with the key named; `plan` adds the file.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from robowds.export.convert.episode_store import field_name
-from robowds.export.convert.hdf5_layout import natural_key
+from robowds.export.convert.hdf5.layout import natural_key
 
 TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}  # unit -> ticks per second
 INTERPOLATIONS = ("linear", "slerp", "hold", "nearest")
