@@ -208,7 +208,7 @@ def copy_dataset(tmp_path: Path, records: list[bytes] | None = None, features: d
                  info: dict | None = None) -> Path:
     """A copy of the Bridge version folder; `records` replace the train shard's records (framed as
     TensorFlow frames them), `features` / `info` replace features.json / dataset_info.json."""
-    from robowds.export.convert.rlds_records import frame_record
+    from robowds.export.convert.rlds.records import frame_record
 
     root = tmp_path / "src" / "bridge_dataset" / "1.0.0"
     root.mkdir(parents=True)

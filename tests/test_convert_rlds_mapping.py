@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robowds.export.convert.rlds_features import Feature, episode_spans, read_features, step_values
-from robowds.export.convert.rlds_records import (frame_record, masked_crc, parse_example, read_record,
+from robowds.export.convert.rlds.features import Feature, episode_spans, read_features, step_values
+from robowds.export.convert.rlds.records import (frame_record, masked_crc, parse_example, read_record,
                                                  scan_records)
 from robowds.export.errors import UserError
 
@@ -177,7 +177,7 @@ def test_the_real_shard_scans_to_25_records_with_checked_headers() -> None:
 
 @pytest.mark.parametrize("module,needs", [("google_crc32c", "google-crc32c"), ("google.protobuf", "protobuf")])
 def test_a_missing_package_is_one_error_naming_it(monkeypatch: pytest.MonkeyPatch, module: str, needs: str) -> None:
-    from robowds.export.convert.rlds_records import example_class
+    from robowds.export.convert.rlds.records import example_class
 
     monkeypatch.setitem(sys.modules, module, None)  # `import` raises ImportError
     example_class.cache_clear()

@@ -2,7 +2,7 @@
 
 Layout read (TFDS): a version folder holding `features.json` (the feature spec), `dataset_info.json`
 (name, splits, shard lengths; optional) and `<name>-<split>.tfrecord-XXXXX-of-YYYYY` files, each a
-sequence of records, one `tf.train.Example` per episode (`rlds_records`).
+sequence of records, one `tf.train.Example` per episode (`records`).
 
 Mapping (one store row per episode, `episode_id` = `<split>_<file number:05d>_<record:06d>`):
 - every numeric step feature -> a typed time series `{t, v}`, `t = (step - first step) / fps` in
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from robowds.export.convert.episode_store import FieldSpec
-from robowds.export.convert.rlds_features import (KNOWN_FPS, Feature, constant_text, episode_spans, read_features,
+from robowds.export.convert.rlds.features import (KNOWN_FPS, Feature, constant_text, episode_spans, read_features,
                                                   step_count, step_values, texts)
-from robowds.export.convert.rlds_records import RecordRef, parse_example, read_record, scan_records
+from robowds.export.convert.rlds.records import RecordRef, parse_example, read_record, scan_records
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
 
