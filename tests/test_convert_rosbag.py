@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from robowds.export.cli.main import main
-from robowds.export.convert.rosbag_mapping import gap_segments, marker_segments, topic_prefixes, unique_field_names
+from robowds.export.convert.rosbag.mapping import gap_segments, marker_segments, topic_prefixes, unique_field_names
 from robowds.export.store.validate import validate_store
 
 from exports import export_members, npy

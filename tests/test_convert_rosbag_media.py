@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from robowds.export.cli.main import main
-from robowds.export.convert.rosbag_media import jpeg_size, raw_rgb
+from robowds.export.convert.rosbag.media import jpeg_size, raw_rgb
 
 from exports import export_members, npy
 from realdata import G1, real_path

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from robowds.export.convert.rosbag_mapping import StreamMap, field_getter, seconds
-from robowds.export.convert.rosbag_media import FrameSpool
-from robowds.export.convert.rosbag_quaternions import episode_quaternions, is_quaternion
-from robowds.export.convert.rosbag_source import Bag, damaged, open_bag, topic_types
+from robowds.export.convert.rosbag.mapping import StreamMap, field_getter, seconds
+from robowds.export.convert.rosbag.media import FrameSpool
+from robowds.export.convert.rosbag.quaternions import episode_quaternions, is_quaternion
+from robowds.export.convert.rosbag.source import Bag, damaged, open_bag, topic_types
 from robowds.export.errors import UserError
 
 
@@ -182,7 +182,7 @@ def convert_episode(task: BagTask, folder: Path) -> dict[str, Any]:
 def _row(task: BagTask, collect: dict[str, TopicRows], folder: Path, written: list[Path],
          types: dict[str, str]) -> dict[str, Any]:
     """The collected messages as a store row: per topic its clock, values in time order, videos; a
-    quaternion field that is zero in every message of the episode is null there (`rosbag_quaternions`).
+    quaternion field that is zero in every message of the episode is null there (`quaternions`).
     `types`: every topic of the bag (for the message when nothing was read)."""
     ep, bag = task.episode_id, task.bag.path
     row: dict[str, Any] = {"episode_id": ep}

@@ -6,7 +6,7 @@ bag, or several: `split_topic` (a message on that topic starts an episode) or `s
 longer than that in the receive times of every converted topic cuts). Cuts are on receive times, read
 from the ROS 1 index or without deserialising: the plan deserialises each topic's first message only.
 
-Fields (see `rosbag_mapping`): by default every topic of a supported type (Imu, JointState, Odometry,
+Fields (see `mapping`): by default every topic of a supported type (Imu, JointState, Odometry,
 NavSatFix, Image, CompressedImage) with its default fields; with a mapping file, exactly the topics it
 lists. Topics of other types are listed in the report, never an error unless the mapping names them.
 Times are float64 seconds since the Unix epoch (header stamp or receive time), kept absolute: the store
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from robowds.export.convert.episode_store import FieldSpec
-from robowds.export.convert.rosbag_episode import BagTask, TopicPlan, convert_episode
-from robowds.export.convert.rosbag_mapping import (
+from robowds.export.convert.rosbag.episode import BagTask, TopicPlan, convert_episode
+from robowds.export.convert.rosbag.mapping import (
     DEFAULTS, IMAGE_TYPES, SUPPORTED, Column, StreamMap, TopicMapping, column_names, field_getter, gap_segments,
     marker_segments, parse_mapping, resolve_path, result_dtype, topic_prefixes, unique_field_names)
-from robowds.export.convert.rosbag_quaternions import (
+from robowds.export.convert.rosbag.quaternions import (
     any_rotation, is_quaternion, left_out_note, never_rotation, zero_in_message)
-from robowds.export.convert.rosbag_source import (
+from robowds.export.convert.rosbag.source import (
     Bag, find_bags, first_message, listed_topics, open_bag, open_index, receive_times, topic_types)
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
@@ -193,7 +193,7 @@ def _custom(topic: str, msgtype: str, name: str, spec: dict[str, Any], fielddefs
 def _never_rotates(topic: str, row: tuple[str, bool, StreamMap], first: Any,  # noqa: ANN401
                    rotates: Callable[[str, StreamMap], bool], where: str, notes: list[str]) -> bool:
     """True for a default quaternion field that is zero in every message (left out, noted); a field
-    the mapping names is an error then (`rosbag_quaternions`)."""
+    the mapping names is an error then (`quaternions`)."""
     name, user, stream = row
     if not is_quaternion(stream) or not zero_in_message(stream, first) or rotates(topic, stream):
         return False

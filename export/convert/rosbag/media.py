@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from robowds.export.convert.rosbag_mapping import seconds
+from robowds.export.convert.rosbag.mapping import seconds
 from robowds.export.media.encode import encode_frames, mux_jpegs
 
 SOF_MARKERS = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # JPEG start-of-frame markers (not DHT, JPG, DAC)

@@ -26,8 +26,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from robowds.export.convert.rosbag_mapping import StreamMap, field_getter
-from robowds.export.convert.rosbag_source import Bag, damaged, open_bag
+from robowds.export.convert.rosbag.mapping import StreamMap, field_getter
+from robowds.export.convert.rosbag.source import Bag, damaged, open_bag
 from robowds.export.core.resample import zero_quaternions
 from robowds.export.errors import UserError
 
