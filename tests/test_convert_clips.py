@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robowds.export.cli.main import main
-from robowds.export.convert.clips_labels import LabelOptions, Record, parse_csv, parse_json, to_labels
-from robowds.export.convert.clips_segments import Segment, file_segment, grid_extent
+from robowds.export.convert.clips.labels import LabelOptions, Record, parse_csv, parse_json, to_labels
+from robowds.export.convert.clips.segments import Segment, file_segment, grid_extent
 from robowds.export.core.windows import grid_frame_count
 from robowds.export.media.frames import select_frames
 from robowds.export.store.validate import validate_store
@@ -370,7 +370,7 @@ def test_every_segment_gets_one_grid_point_per_frame(video: tuple[np.ndarray, fl
 def test_a_segment_in_seconds_is_inside_or_refused(video: tuple[np.ndarray, float], start: float,
                                                    length: float) -> None:
     """A segment in seconds either holds frames all inside it or is refused; never an empty segment."""
-    from robowds.export.convert.clips_segments import SegmentError
+    from robowds.export.convert.clips.segments import SegmentError
 
     pts, fps = video
     try:

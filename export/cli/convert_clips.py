@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan(args: argparse.Namespace):  # noqa: ANN201 (a Conversion)
     from robowds.export.convert.clips import plan_clips
-    from robowds.export.convert.clips_labels import LabelOptions
+    from robowds.export.convert.clips.labels import LabelOptions
 
     options = LabelOptions(args.id_column, args.file_column, args.text_column, args.time_unit)
     return plan_clips(args.src, args.labels, options, args.video_field, args.text_field, args.fps, args.skip_bad)

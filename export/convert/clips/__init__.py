@@ -1,6 +1,6 @@
 """A folder of video clips plus a labels file (Something-Something-v2 / Voltron style) -> an episode store.
 
-Mapping (one store row per label; `clips_labels` says how records are read):
+Mapping (one store row per label; `labels` says how records are read):
 - the label's video -> a video field (`--video-field`, default `video`): a struct `{path, fps, start_s,
   end_s}` whose path is a symlink `media/<field>/<path in SRC>` to the source file (referenced, never
   copied or re-encoded; store.yaml lists SRC under `media_roots`); `start_s` / `end_s` the label's
@@ -9,7 +9,7 @@ Mapping (one store row per label; `clips_labels` says how records are read):
 - the label's text -> a text field (`--text-field`, default `text`); SSv2's `template`, when every label
   has one, -> a text field `template` (the 174 SSv2 classes are templates);
 - the episode extent -> the reserved `start_s` / `end_s` columns: the segment's first frame and its
-  last frame put on the grid (`clips_segments.grid_extent`: otherwise a pts rounded to the container's
+  last frame put on the grid (`segments.grid_extent`: otherwise a pts rounded to the container's
   1 ms loses the segment's last window).
 Audio streams and any video stream after the first are not converted (the store has no audio kind);
 the report lists the files that have them. Memory: one file's pts at a time.
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from robowds.export.convert.clips_labels import (FILE_KEYS, VIDEO_SUFFIXES, Label, LabelOptions, Record, parse_csv,
+from robowds.export.convert.clips.labels import (FILE_KEYS, VIDEO_SUFFIXES, Label, LabelOptions, Record, parse_csv,
                                                  parse_json, to_labels, unmapped_keys)
-from robowds.export.convert.clips_segments import SegmentError, file_segment, grid_extent
+from robowds.export.convert.clips.segments import SegmentError, file_segment, grid_extent
 from robowds.export.convert.episode_store import FieldSpec, field_name
 from robowds.export.convert.run import Conversion, run_conversion
 from robowds.export.errors import UserError
