@@ -13,10 +13,10 @@ import sys
 from typing import NoReturn
 
 from robowds.export import __version__
-from robowds.export.cli import convert_cmd, demo_cmd, export_cmd, inspect_cmd, synth_cmd, validate_cmd, verify_cmd
+from robowds.export.cli import convert, demo_cmd, export_cmd, inspect_cmd, synth_cmd, validate_cmd, verify_cmd
 from robowds.export.errors import UserError
 
-COMMANDS = (convert_cmd, synth_cmd, validate_cmd, export_cmd, verify_cmd, inspect_cmd, demo_cmd)  # in help order
+COMMANDS = (convert, synth_cmd, validate_cmd, export_cmd, verify_cmd, inspect_cmd, demo_cmd)  # in help order
 
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader went away

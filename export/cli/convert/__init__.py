@@ -1,7 +1,7 @@
 """`robowds convert FORMAT SRC STORE`: a dataset in another format -> a new episode store.
 
-One sub-command per format; each format's own options live in `convert_<format>.py` (`HELP`, `SRC_HELP`, `what(report)`,
-`add_arguments(parser)`, `plan(args) -> Conversion`); the options every format shares are here.
+One sub-command per format; each format's own options live in this package's `<format>.py` (`HELP`, `SRC_HELP`,
+`what(report)`, `add_arguments(parser)`, `plan(args) -> Conversion`); the options every format shares are here.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 from robowds.export.cli.export_cmd import add_executor_arguments, executor_choice
 from robowds.export.errors import UserError
 
-FORMATS = ("lerobot", "hdf5", "rlds", "rosbag", "clips")  # each has robowds.export.cli.convert_<format>
+FORMATS = ("lerobot", "hdf5", "rlds", "rosbag", "clips")  # each has robowds.export.cli.convert.<format>
 
 
 def _format_module(name: str):  # noqa: ANN202 (a module)
-    return importlib.import_module(f"robowds.export.cli.convert_{name}")
+    return importlib.import_module(f"robowds.export.cli.convert.{name}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
