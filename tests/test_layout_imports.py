@@ -1,5 +1,6 @@
 """The package's shape holds: no import circles, each export/ sub-package imports only the layers
-below it, the pure core touches no I/O library, and pyproject installs every sub-package.
+below it, the pure core touches no I/O library, each converter format is a folder that imports no other
+format (and the shared conversion driver imports none), and pyproject installs every sub-package.
 
 Imports are read from the source with `ast` (every `import`/`from ... import`, inside functions and
 `if TYPE_CHECKING:` blocks too: a circle hidden behind a lazy import is still a circle a reader has to
@@ -20,6 +21,10 @@ FOLDERS = {"robowds.export": ROOT / "export", "robowds.reader": ROOT / "reader"}
 # export/ sub-packages, lowest first: a module may import its own layer and the layers before it.
 # robowds.export (the package root: __version__, errors) and robowds.reader sit below all of them.
 LAYERS = ["core", "media", "store", "executors", "output", "job", "convert", "check", "cli"]
+# (executors and output know nothing of windows or configs: the job drives both; convert runs on executors)
+# The format sub-packages of convert/ (robowds.export.convert.<format>) and the CLI's options for each
+# (robowds.export.cli.convert.<format>): a new format is one new folder in each, touching no other.
+FORMAT_PARENTS = ("robowds.export.convert", "robowds.export.cli.convert")
 IO_LIBRARIES = {"av", "pyarrow", "PIL", "tqdm", "fsspec", "torch", "yaml", "msgpack", "subprocess", "shutil"}
 
 
@@ -104,12 +109,45 @@ def layer_of(module: str) -> int:
     return -1
 
 
+# The format names: robowds.export.convert's sub-packages.
+FORMATS = {name.split(".")[3] for name, path in MODULES.items()
+           if name.startswith(FORMAT_PARENTS[0] + ".") and name.count(".") == 3 and path.name == "__init__.py"}
+
+
+def format_of(module: str) -> str | None:
+    """The format whose folder (or CLI module) holds the module, else None."""
+    for parent in FORMAT_PARENTS:
+        first = module.removeprefix(parent + ".").split(".")[0]
+        if module.startswith(parent + ".") and first in FORMATS:
+            return first
+    return None
+
+
+def format_crossings(graph: dict[str, list[tuple[str, int]]]) -> list[tuple[str, str, int]]:
+    """(module, target, line) for every import that ties formats together: a module of one format's
+    folder importing another format's, or the parent package (its `__init__` re-exports formats);
+    a module of a parent's shared driver (convert/run.py, ...) importing any format."""
+    out = []
+    for module, edges in graph.items():
+        own = format_of(module)
+        for target, line in edges:
+            other = format_of(target)
+            if own is not None and ((other is not None and other != own) or target in FORMAT_PARENTS):
+                out.append((module, target, line))
+            elif own is None and module not in FORMAT_PARENTS and other is not None \
+                    and any(module.startswith(p + ".") for p in FORMAT_PARENTS):
+                out.append((module, target, line))
+    return out
+
+
 def test_the_walk_sees_the_packages() -> None:
     """The walk is not vacuous: it finds both packages' modules and real edges between them."""
     graph = internal_graph()
     assert {"robowds.export.core.resample", "robowds.export.job.run", "robowds.reader.plan"} <= set(graph)
     assert "robowds.reader.format" in {target for target, _ in graph["robowds.export.job.build"]}
     assert "robowds.export.core.resample" in {target for target, _ in graph["robowds.export.store.validate"]}
+    assert FORMATS == {"lerobot", "hdf5", "rlds", "rosbag", "clips"}
+    assert {f"robowds.export.cli.convert.{f}" for f in FORMATS} <= set(graph)
 
 
 def test_no_import_circles() -> None:
@@ -132,6 +170,26 @@ def test_each_layer_imports_only_layers_below() -> None:
                                                              and module != "robowds.export.__main__"):
                 problems.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}")
     assert not problems, "\n".join(problems)
+
+
+def test_formats_import_no_other_format() -> None:
+    """A format's folder may import its own modules, the shared driver (convert/run.py, episode_store.py,
+    store_writer.py) and the layers below; the driver imports no format. So formats never tie up."""
+    problems = [f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}"
+                for module, target, line in format_crossings(internal_graph())]
+    assert not problems, "\n".join(problems)
+
+
+def test_format_crossings_are_found() -> None:
+    """The rule itself, on the real format names: each kind of crossing is reported, an own import is not."""
+    c, cli = "robowds.export.convert", "robowds.export.cli.convert"
+    graph = {f"{cli}.hdf5": [(f"{c}.hdf5", 8), (f"{c}.rlds.records", 9)],
+             f"{c}.hdf5.plan": [(f"{c}.hdf5.layout", 1), (f"{c}.rosbag.mapping", 2), (f"{c}.episode_store", 3)],
+             f"{c}.rlds": [(c, 4)], f"{c}.run": [(f"{c}.clips.labels", 5), (f"{c}.store_writer", 6)],
+             c: [(f"{c}.lerobot", 7)]}
+    assert format_crossings(graph) == [(f"{cli}.hdf5", f"{c}.rlds.records", 9),
+                                       (f"{c}.hdf5.plan", f"{c}.rosbag.mapping", 2), (f"{c}.rlds", c, 4),
+                                       (f"{c}.run", f"{c}.clips.labels", 5)]
 
 
 def test_core_is_pure() -> None:

@@ -1,5 +1,6 @@
-"""The export job: config, per-episode build (map), executor backends, shard writing (reduce),
-manifest and report assembly, and the journaled publish of a finished export."""
+"""The export job's pipeline: config, spec, per-episode build and staging (map), shard writing
+(reduce), manifest and report assembly, and the run that drives them (locally or into object storage).
+Where tasks run is export/executors/; writing OUT safely (publish, locks, fsync) is export/output/."""
 
 from robowds.export.job.config import load_config
 from robowds.export.job.run import Summary, run_export
