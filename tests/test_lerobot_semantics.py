@@ -19,7 +19,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.job.config import load_config
-from robowds.export.store.schema import fingerprint
+from robowds.export.store.fingerprint import fingerprint
 from robowds.export.store.validate import validate_store
 
 from exports import export_members, npy

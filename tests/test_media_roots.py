@@ -117,7 +117,7 @@ def test_a_bad_media_roots_value_is_one_clear_error(tmp_path: Path, capsys: pyte
 def test_the_store_fingerprint_follows_a_linked_media_folder(tmp_path: Path) -> None:
     """A media folder linked into the store counts like one inside it: a changed video changes the job
     id (before, `rglob` skipped linked folders and the change went unnoticed); a link loop ends."""
-    from robowds.export.store.schema import fingerprint
+    from robowds.export.store.fingerprint import fingerprint
 
     outside = tmp_path / "videos"
     outside.mkdir()
@@ -139,7 +139,8 @@ def test_the_fingerprint_of_a_plain_store_is_unchanged_by_the_walk(tmp_path: Pat
     import hashlib
 
     from robowds.export.cli.synth import write_synthetic_store
-    from robowds.export.store.schema import STORE_YAML, fingerprint
+    from robowds.export.store.declarations import STORE_YAML
+    from robowds.export.store.fingerprint import fingerprint
 
     store = tmp_path / "s"
     write_synthetic_store(store, episodes=2, seed=0)

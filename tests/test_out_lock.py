@@ -30,7 +30,7 @@ from robowds.export.job.config import load_config
 from robowds.export.executors.executor import ExecutorChoice, InlineExecutor
 from robowds.export.output.out_lock import LOCK_NAME, LockOwner, OutLock
 from robowds.export.job.run import run_export
-from robowds.export.store.schema import fingerprint
+from robowds.export.store.fingerprint import fingerprint
 
 T = TypeVar("T")
 R = TypeVar("R")

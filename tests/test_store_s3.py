@@ -19,7 +19,7 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.store.location import StoreLocation, drop_media_blocks, media_rel, store_location
-from robowds.export.store.schema import MediaPathError, safe_media_path
+from robowds.export.store.media_paths import MediaPathError, safe_media_path
 
 from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
 from videos import write_frames, write_video

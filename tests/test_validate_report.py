@@ -9,7 +9,8 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
-from robowds.export.store.schema import Problem, open_store
+from robowds.export.store.declarations import Problem
+from robowds.export.store.schema import open_store
 from robowds.export.store.validate import StoreReport
 
 from corrupt import edit_yaml, rewrite_cell, rewrite_series, rewrite_table, series

@@ -50,7 +50,8 @@ from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.store.location import StoreLocation, store_location
 from robowds.export.store.row_stream import drop_row_groups, read_order
-from robowds.export.store.schema import STORE_YAML, fingerprint
+from robowds.export.store.declarations import STORE_YAML
+from robowds.export.store.fingerprint import fingerprint
 
 WORK_DIR = ".robowds-work"
 EPISODES_PER_TASK = 8

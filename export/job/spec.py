@@ -19,8 +19,9 @@ from robowds.export.job.build import BuildSpec
 from robowds.export.job.config import (check_bool_interpolation, check_field_keys, image_options, shard_layout,
                                        stream_dtype, stream_window, video_options)
 from robowds.export.store.episodes import series_widths
+from robowds.export.store.inference import invalid_utf8_row
 from robowds.export.store.location import StoreLocation
-from robowds.export.store.schema import StoreSchema, invalid_utf8_row, open_store
+from robowds.export.store.schema import StoreSchema, open_store
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,11 @@ import pyarrow as pa
 
 from robowds.export.core.resample import RawSeries
 from robowds.export.errors import EpisodeError, UserError
+from robowds.export.store.declarations import FieldSpec
 from robowds.export.store.location import RemoteStoreError
+from robowds.export.store.media_paths import MediaPathError, media_hint
 from robowds.export.store.row_stream import RowReader, batch_rows
-from robowds.export.store.schema import FieldSpec, MediaPathError, StoreSchema, media_hint
+from robowds.export.store.schema import StoreSchema
 
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"BM", "bmp"))
 

@@ -18,10 +18,12 @@ from robowds.export.core.plausible import MAX_EPISODE_S, extent_problem, period_
 from robowds.export.core.precision import PrecisionLoss, float32_loss, loss_fix, loss_text, worst
 from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoReadError, probe_video
+from robowds.export.store.declarations import Problem
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.location import StoreFile, StoreLocation
+from robowds.export.store.media_paths import MediaPathError, media_hint
 from robowds.export.store.row_stream import read_order
-from robowds.export.store.schema import MediaPathError, Problem, StoreSchema, media_hint, open_store
+from robowds.export.store.schema import StoreSchema, open_store
 
 FPS_TOLERANCE = 0.01  # declared vs measured frame rate, relative
 RATE_SPREAD = 0.01  # a field's rates over episodes differing by more than this (relative): shown as a spread

@@ -10,7 +10,7 @@ LeRobot would give has to know three settings; this file has them: `fps` = the d
 an action chunk and a camera history map from delta_timestamps to `offset_s` / `duration_s`.
 
 `robowds export STORE OUT --config STORE/export.yaml` uses it as it is; the store's fingerprint does not
-cover it (export/store/schema.py), so editing it does not make earlier exports of the store stale.
+cover it (export/store/fingerprint.py), so editing it does not make earlier exports of the store stale.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Protocol
 
-from robowds.export.store.schema import EXPORT_YAML  # written beside store.yaml, not in the fingerprint
+from robowds.export.store.declarations import EXPORT_YAML  # written beside store.yaml, not in the fingerprint
 
 HISTORY_FRAMES = 3  # the state history example: deltas [-2/fps, -1/fps, 0]
 CHUNK_FRAMES = 16  # the action chunk example: deltas [0, 1/fps, ..., 15/fps]
