@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from robowds.export.cli.synth import write_synthetic_store
-from robowds.export.job.config import load_config
 from robowds.export.executors.profile import amdahl_bound
+from robowds.export.job.config import load_config
 from robowds.export.job.run import run_export
 
 SETS = ["splits.val=0.25", "shard.max_samples=100", "streams.joints.rate_hz=50"]

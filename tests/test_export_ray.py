@@ -30,8 +30,8 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.errors import UserError
-from robowds.export.job.config import load_config
 from robowds.export.executors.executor import ExecutorChoice
+from robowds.export.job.config import load_config
 from robowds.export.job.run import run_export
 
 from realdata import g1

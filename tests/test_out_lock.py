@@ -26,10 +26,10 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.errors import UserError
-from robowds.export.job.config import load_config
 from robowds.export.executors.executor import ExecutorChoice, InlineExecutor
-from robowds.export.output.out_lock import LOCK_NAME, LockOwner, OutLock
+from robowds.export.job.config import load_config
 from robowds.export.job.run import run_export
+from robowds.export.output.out_lock import LOCK_NAME, LockOwner, OutLock
 from robowds.export.store.fingerprint import fingerprint
 
 T = TypeVar("T")

@@ -17,11 +17,11 @@ from robowds.export.job.build import EpisodeWindows, build_episode
 from robowds.export.job.config import DEFAULTS, STREAM_KEYS
 from robowds.export.job.spec import resolve
 from robowds.export.store.episodes import EpisodeLoader
-from robowds.export.store.location import StoreLocation
 from robowds.export.store.fingerprint import fingerprint
+from robowds.export.store.location import StoreLocation
 from robowds.reader.format import read_sample
-from robowds.reader.npz import unpack
 from robowds.reader.manifest import shard_index, shards_of
+from robowds.reader.npz import unpack
 
 
 def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -80,8 +80,8 @@ def overrides(args: argparse.Namespace) -> list[str | tuple[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     from robowds.export.job.config import load_config
-    from robowds.export.output.remote_out import is_url
     from robowds.export.job.run import run_export
+    from robowds.export.output.remote_out import is_url
     from robowds.export.store.location import store_location
 
     if args.workers < 1:

@@ -16,8 +16,8 @@ from robowds.export.output.publish import load_finished_manifest
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.decode import decode_sample
 from robowds.reader.format import BLOCK, ShardFormatError, parse_header, read_sample
-from robowds.reader.npz import unpack
 from robowds.reader.manifest import ManifestError, ShardIndexError, ShardInfo, shard_index, shards_of
+from robowds.reader.npz import unpack
 
 
 def load_window(out: Path | str | StoreLocation, split: str, key: str | None, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:

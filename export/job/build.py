@@ -21,8 +21,8 @@ from robowds.export.core.stats import FieldStats, StatsError, merge_all
 from robowds.export.core.windows import (StreamWindow, anchor_frames, grid_frame_count, pad_invalid, query_times,
                                          valid_fraction)
 from robowds.export.errors import EpisodeError
-from robowds.export.output.sizes import source_bytes, window_bytes
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoReadError, VideoSizeError
+from robowds.export.output.sizes import source_bytes, window_bytes
 from robowds.export.store.episodes import EpisodeData
 from robowds.reader.format import encode_npy, encode_sample, mask_field
 from robowds.reader.npz import laid_out

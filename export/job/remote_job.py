@@ -42,12 +42,12 @@ from typing import Any, Iterable
 from tqdm import tqdm
 
 from robowds.export.errors import UserError
+from robowds.export.job.shards import ShardTask
 from robowds.export.output.energon import FILES as ENERGON_FILES
 from robowds.export.output.energon import NV_META, energon_files
 from robowds.export.output.out_lock import LOCK_NAME
 from robowds.export.output.publish import READY, nv_meta_warnings, owned_files, shard_indexes, wids_index
 from robowds.export.output.remote_out import RemoteOut
-from robowds.export.job.shards import ShardTask
 from robowds.reader.manifest import (INDEX_SUFFIX, MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest,
                                      safe_relative)
 

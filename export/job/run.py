@@ -33,25 +33,25 @@ from tqdm import tqdm
 
 from robowds.export import __version__
 from robowds.export.errors import UserError
-from robowds.export.job.config import snap_notes
 from robowds.export.executors.executor import LOCAL, ExecutorChoice
-from robowds.export.output.out_lock import LOCK_NAME, OutLock
-from robowds.export.output.fsio import fsync_write
-from robowds.export.output.oserrors import os_error, work_note
 from robowds.export.executors.profile import JobProfile
-from robowds.export.output.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
+from robowds.export.job.config import snap_notes
 from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader, abandon_remote, default_work_root,
                                            local_work_dir, pending, prepare_remote, publish_remote)
-from robowds.export.output.remote_lock import RemoteLock
-from robowds.export.output.remote_out import RemoteOut, is_url
 from robowds.export.job.report import SplitStats, build_manifest, report_warnings
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
-from robowds.export.store.location import StoreLocation, store_location
-from robowds.export.store.row_stream import drop_row_groups, read_order
+from robowds.export.output.fsio import fsync_write
+from robowds.export.output.oserrors import os_error, work_note
+from robowds.export.output.out_lock import LOCK_NAME, OutLock
+from robowds.export.output.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
+from robowds.export.output.remote_lock import RemoteLock
+from robowds.export.output.remote_out import RemoteOut, is_url
 from robowds.export.store.declarations import STORE_YAML
 from robowds.export.store.fingerprint import fingerprint
+from robowds.export.store.location import StoreLocation, store_location
+from robowds.export.store.row_stream import drop_row_groups, read_order
 
 WORK_DIR = ".robowds-work"
 EPISODES_PER_TASK = 8

@@ -22,9 +22,9 @@ import numpy as np
 from robowds.export.core.plausible import human_bytes
 from robowds.export.core.shard_plan import pack_shards, window_order
 from robowds.export.errors import UserError
+from robowds.export.job.stage import episode_paths
 from robowds.export.output.fsio import fsync_write
 from robowds.export.output.publish import READY
-from robowds.export.job.stage import episode_paths
 from robowds.reader.format import END_OF_ARCHIVE
 from robowds.reader.manifest import INDEX_SUFFIX, encode_index
 
