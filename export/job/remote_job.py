@@ -1,7 +1,7 @@
 """The export job into object storage (OUT = `s3://bucket/prefix`): resume from what is uploaded, upload
 finished shards, publish with the manifest last.
 
-Why it differs from the local job (`run.py`, `publish.py`): an object store has no rename and a PUT
+Why it differs from the local job (`run.py`, `output/publish.py`): an object store has no rename and a PUT
 is atomic per object, so the work folder (staged episodes, shards being written) stays on a local
 disk (`--work-dir`), and each finished shard is uploaded to its final key as soon as it is written,
 then deleted locally. What lives under the URL:
@@ -23,7 +23,7 @@ Publish: delete the old manifest (if any), copy the staged objects to their fina
 PUT `<split>.wids.json` and `.nv-meta/*`, delete the old export's files the new one lacks, PUT the
 manifest last, delete `.robowds-work/` (the journal last). Readers therefore see the old export, then
 (only while an old export is replaced) no manifest, then the new one: a manifest only ever lists
-objects that exist with the sha256 it lists. Ownership is publish.py's rule: only what the old
+objects that exist with the sha256 it lists. Ownership is output/publish.py's rule: only what the old
 manifest lists (and `.nv-meta/` files whose bytes robowds wrote), what this job's records name, and
 `.robowds-work/` are ever replaced or deleted; an object in the way of the new export stops the job
 before the first upload.

@@ -249,7 +249,7 @@ def export_report(store: "StoreLocation", records: list[dict[str, Any]], shards:
             missing.setdefault(name, []).append(r["episode_id"])
     absent = {name: {"episodes": len(eps), "episode_ids": eps[:20]} for name, eps in sorted(missing.items())}
     return {
-        **({"float32_loss": lossy} if lossy else {}),  # sorted when written (publish.py)
+        **({"float32_loss": lossy} if lossy else {}),  # sorted when written (output/publish.py)
         **({"missing_streams": absent} if absent else {}),  # only when some episode lacks a stream
         "episodes": {"total": len(records), "exported": len(good),
                      "rejected": [{"episode_id": r["episode_id"], **r["error"]} for r in records if r["error"]]},

@@ -4,12 +4,12 @@ Atomicity and resume: every step's output appears under its final name by rename
 staged episodes, which carry a checksum instead: stage.py), and a step is done iff that name exists.
 Everything up to publish lives in `OUT/.robowds-work/` (keyed by a job id over the store fingerprint
 and the resolved config): staged episodes (`stage.py`), and finished shards in `ready/` (`shards.py`),
-so an export already in OUT stays intact and readable while the new one is built. Publish (`publish.py`) then moves the new export into place by a journaled sequence of
+so an export already in OUT stays intact and readable while the new one is built. Publish (`output/publish.py`) then moves the new export into place by a journaled sequence of
 renames with the manifest last, so nothing half-written is ever listed. A re-run after SIGKILL skips
 finished steps and, because every step is deterministic, ends byte-identical.
 
-One export at a time: the job holds OUT's lock (`out_lock.py`; an output URL's lock object,
-`remote_lock.py`) from before it looks at OUT until it returns, and before publishing it takes the
+One export at a time: the job holds OUT's lock (`output/out_lock.py`; an output URL's lock object,
+`output/remote_lock.py`) from before it looks at OUT until it returns, and before publishing it takes the
 store's fingerprint again (`check_store_unchanged`): a store changed while it was read publishes nothing.
 
 What the work folder holds tells which phase a run reached (the SIGKILL test in
@@ -157,7 +157,7 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
     (an fsspec URL and its storage options: `store_location("s3://bucket/store", {...})`). `out`: a folder,
     or an fsspec URL string (`"s3://bucket/prefix"`, with `out_storage_options`), whose job works in a local
     folder under `work_dir` (default: the user's cache; `remote_job.local_work_dir`). The job holds OUT's
-    lock (`out_lock.py`, `remote_lock.py`) from before it looks at OUT until it returns; `break_lock`
+    lock (`output/out_lock.py`, `output/remote_lock.py`) from before it looks at OUT until it returns; `break_lock`
     (an output URL only) first deletes a lock a crashed export on another machine left there."""
     began, profile = time.perf_counter(), JobProfile()
     executor.check_available()  # before anything is written

@@ -26,7 +26,7 @@ CAMERA_FRAMES = 2  # the camera history example: deltas [-1/fps, 0]
 
 
 class LeRobotFeature(Protocol):
-    """What this module needs of `lerobot.Feature` (not imported: lerobot.py imports this module)."""
+    """What this module needs of `meta.Feature` (not imported: the package's `__init__` imports this module)."""
 
     key: str  # LeRobot's feature key, e.g. observation.state
     field: str  # the store's field name, e.g. observation_state
