@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ShardDataset", "ShardIndex", "ShardLoader", "Mixture", "collate", "Collate", "RetryPolicy",
+__all__ = ["ShardDataset", "ShardIndex", "ShardLoader", "Mixture", "collate", "Collate", "RetryPolicy", "Remote",
            "wds_decoder", "wids_transform", "decode_members", "hf_transform"]
 
 # public name -> the submodule that defines it. Imported on first access (PEP 562), because `export`
@@ -16,6 +16,7 @@ _LAZY = {"ShardDataset": "robowds.reader.dataset", "ShardIndex": "robowds.reader
          "ShardLoader": "robowds.reader.loader",
          "Mixture": "robowds.reader.mixture", "collate": "robowds.reader.collation",
          "Collate": "robowds.reader.collation", "RetryPolicy": "robowds.reader.remote",
+         "Remote": "robowds.reader.remote_options",
          "wds_decoder": "robowds.reader.interop", "wids_transform": "robowds.reader.interop",
          "decode_members": "robowds.reader.interop", "hf_transform": "robowds.reader.interop"}
 

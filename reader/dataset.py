@@ -9,6 +9,7 @@ unconsumed sample.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -24,13 +25,13 @@ from robowds.reader.batching import SlotPool, SlotSpec
 from robowds.reader.collation import Collate
 from robowds.reader.cursor import DATASET_KEYS, as_cursor, check_export, check_keys, check_progress, export_id
 from robowds.reader.emit import planned_items
-from robowds.reader.fetch import MAX_REQUEST_BYTES
 from robowds.reader.format import ShardFormatError
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import shards_of, split_layout
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
-from robowds.reader.remote import RetryPolicy
+from robowds.reader.old_keywords import BATCHING, REMOTE, refuse_old_keywords
+from robowds.reader.remote_options import Remote, whole_number
 from robowds.reader.select import make_decoder, select_fields
 from robowds.reader.shard_cache import ShardCache
 from robowds.reader.source import ShardReadError, ShardSource, load_manifest
@@ -73,23 +74,26 @@ def sample_rng(seed: int, epoch: int, key: str) -> np.random.Generator:
 
 
 class ShardDataset(IterableDataset):
-    """Samples (or, with `collate_fn`, batches) of one split, for this rank and DataLoader worker.
+    """Samples (or, after `set_batching(..., collate_fn=...)`, batches) of one split, for this rank and
+    DataLoader worker.
 
-    `batch_size` must be the loader's batch size: batches are dealt to workers round-robin so that
-    the DataLoader's output order is the plan's order. With `collate_fn` the dataset yields collated
-    batches (use `DataLoader(batch_size=None)`, as `ShardLoader` does); without, single samples.
-    `fields` / `exclude` (schema field names) decode only those fields, masks with them, `__key__` and
-    `meta` always (`reader/select.py`).
+    The constructor takes what decides which samples are read and how they are decoded; how a URL is
+    read is one `remote=Remote(...)` value (reader/remote_options.py). Batching is set afterwards by
+    whoever batches: `ShardLoader(ds, batch_size=...)` does it, and with a plain torch `DataLoader` or
+    torchdata's `StatefulDataLoader` call `ds.set_batching(batch_size)` (the loader's batch size: the
+    plan pads or drops each rank's share to whole batches, and batches are dealt to workers
+    round-robin, so that every rank gets the same number of batches and the loader's output order is
+    the plan's order). `fields` / `exclude` (schema field names) decode only those fields, masks with
+    them, `__key__` and `meta` always (`reader/select.py`). 15 parameters (the old remote and batching
+    keywords raise a TypeError naming their new form: reader/old_keywords.py).
     """
 
+    @refuse_old_keywords("ShardDataset", {**{f.name: REMOTE for f in dataclasses.fields(Remote)},
+                                           **dict.fromkeys(("batch_size", "drop_last", "collate_fn"), BATCHING)})
     def __init__(self, source: str | os.PathLike[str], split: str = "train", *, shuffle: bool = True, seed: int = 0,
-                 block: int = 4096, policy: str = "pad", batch_size: int = 1, drop_last: bool = False,
-                 collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None, rank: int | None = None,
-                 world_size: int | None = None, transform: Transform | None = None, verify: bool = False,
-                 on_error: str = "raise", storage_options: dict[str, Any] | None = None,
-                 video_layout: str = "THWC", retry: RetryPolicy | None = None,
-                 max_request_bytes: int = MAX_REQUEST_BYTES, cache_dir: str | os.PathLike[str] | None = None,
-                 cache_limit_bytes: int | None = None, fields: list[str] | None = None,
+                 block: int = 4096, policy: str = "pad", rank: int | None = None, world_size: int | None = None,
+                 transform: Transform | None = None, verify: bool = False, on_error: str = "raise",
+                 remote: Remote | None = None, video_layout: str = "THWC", fields: list[str] | None = None,
                  exclude: list[str] | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
@@ -97,12 +101,11 @@ class ShardDataset(IterableDataset):
             raise ValueError("video_layout must be 'THWC' (as stored) or 'TCHW'")
         if on_error not in ("raise", "skip"):
             raise ValueError("on_error must be 'raise' or 'skip'")
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        if max_request_bytes < 0:
-            raise ValueError("max_request_bytes must be >= 0 (0: one request per sample)")
-        self.retry = retry or RetryPolicy()  # remote reads: attempts and backoff (reader/remote.py)
-        self.manifest, self.base = load_manifest(source, storage_options, self.retry)
+        if remote is not None and not isinstance(remote, Remote):
+            raise TypeError(f"remote must be a robowds.reader.Remote, got {type(remote).__name__}")
+        self.remote = remote if remote is not None else Remote()  # how a URL is read (reader/remote_options.py)
+        self.retry, self.storage_options = self.remote.retry, self.remote.options  # attempts and backoff, fsspec's
+        self.manifest, self.base = load_manifest(source, self.storage_options, self.retry)
         self.split = split
         self.export_id = export_id(self.manifest)  # what the cursor records of the export (reader/cursor.py)
         self.shards = shards_of(self.manifest, split)
@@ -110,12 +113,14 @@ class ShardDataset(IterableDataset):
         self._first: list[int] = [0, *itertools.accumulate(self.counts)]  # [S+1] first sample id of each shard
         self.rank, self.world_size = resolve_topology(rank, world_size)
         self.seed, self.shuffle, self.block, self.policy = int(seed), bool(shuffle), int(block), policy
-        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
-        self.transform, self.on_error, self.storage_options = transform, on_error, storage_options
+        # set by ShardLoader (or `set_batching`): single samples until then
+        self.batch_size, self.drop_last, self.collate_fn = 1, False, None
+        self.transform, self.on_error = transform, on_error
         self.verify = {s.path: s.sha256 for s in self.shards} if verify else None
         # remote reads: coalesced requests (reader/fetch.py), an optional node cache (reader/shard_cache.py)
-        self.max_request_bytes = int(max_request_bytes)
-        self.cache = ShardCache(os.fspath(cache_dir), cache_limit_bytes) if cache_dir is not None else None
+        self.max_request_bytes = self.remote.max_request_bytes
+        self.cache = (ShardCache(os.fspath(self.remote.cache_dir), self.remote.cache_limit_bytes)
+                      if self.remote.cache_dir is not None else None)
         # what every sample must hold, and how (the split's layout: members, or npz: reader/npz.py)
         self.members = MemberSet.from_schema(self.manifest["schema"], split_layout(self.manifest, split))
         self.keep = select_fields(self.manifest["schema"], fields, exclude)  # fields decoded (None: all)
@@ -124,8 +129,20 @@ class ShardDataset(IterableDataset):
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor
         self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
         self._worker: tuple[int, int] = (0, 1)
-        self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan (ShardLoader resets it)
+        self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan, by (epoch, history, rank, world)
         self._slots: SlotSpec | None = None  # set by ShardLoader for its workers' pass (reader/batching.py)
+
+    def set_batching(self, batch_size: int, drop_last: bool = False,
+                     collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None) -> ShardDataset:
+        """Batch size (the loader's), whether the rank's last partial batch is dropped, and `collate_fn`:
+        with one the dataset yields collated batches (use `DataLoader(batch_size=None)`), without it
+        single samples (the loader batches them with the same `batch_size`). In place; returns the
+        dataset, for `DataLoader(ShardDataset(...).set_batching(32), batch_size=32)`. ShardLoader calls
+        it, so its users never do. The cursor records `batch_size` as before."""
+        if whole_number(batch_size) is None or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
+        return self
 
     # -- the plan --------------------------------------------------------------------------------
     def plan_spec(self) -> PlanSpec:

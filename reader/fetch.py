@@ -25,7 +25,7 @@ from robowds.reader.spans import Span, request_spans
 S = TypeVar("S")  # whatever identifies a shard to the caller (a ShardInfo)
 Read = Callable[[S, int, int], tuple[Any, int]]  # (shard, start, stop) -> (buffer, where start is in it)
 
-MAX_REQUEST_BYTES = 4 << 20  # default bound of one coalesced request (ShardDataset(max_request_bytes=))
+MAX_REQUEST_BYTES = 4 << 20  # default bound of one coalesced request (Remote(max_request_bytes=))
 LOOKAHEAD = 1024  # samples planned ahead (positions are cheap; the bytes bound below is what matters)
 LOOKAHEAD_BYTES = 16 << 20  # sample bytes planned ahead (at least one sample)
 MAX_GAP_BYTES = 64 << 10  # bytes of other samples a request may read and drop to join two samples

@@ -48,7 +48,7 @@ class ShardIndex(Dataset):
     """Samples of one split by position (`ds[i]`, i in [0, len(ds))) or by key (`ds.by_key(key)`).
 
     The options mean what they mean for `ShardDataset` (`fields`/`exclude`, `transform` with the
-    per-sample generator of (`seed`, `epoch`, key), `video_layout`, `verify`, remote ones); errors are
+    per-sample generator of (`seed`, `epoch`, key), `video_layout`, `verify`, `remote=Remote(...)`); errors are
     raised (a map-style dataset has no sample to skip to). Picklable for DataLoader workers: each
     process opens its own shards on first use."""
 

@@ -35,8 +35,7 @@ class ShardLoader:
         for key in ("batch_size", "shuffle", "sampler", "batch_sampler"):
             if key in dataloader_kwargs:
                 raise ValueError(f"{key} is decided by the plan; do not pass it to ShardLoader")
-        dataset.batch_size, dataset.collate_fn, dataset.drop_last = int(batch_size), collate_fn, bool(drop_last)
-        dataset._sequence = None
+        dataset.set_batching(batch_size, drop_last, collate_fn)  # the plan's whole batches, collated in workers
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)

@@ -28,7 +28,9 @@ from robowds.reader.cursor import MIXTURE_KEYS, as_cursor, check_export, check_k
 from robowds.reader.dataset import ShardDataset, Transform, resolve_topology, sample_rng
 from robowds.reader.emit import planned_items
 from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
+from robowds.reader.old_keywords import BATCHING, refuse_old_keywords
 from robowds.reader.plan import POLICIES, Topology, worker_chunks, worker_count
+from robowds.reader.remote_options import whole_number
 from robowds.reader.source import ShardSource
 
 MIX_STATE_VERSION = 1
@@ -60,7 +62,7 @@ def _fill_specs(schemas: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, ..
 
 
 class Mixture(IterableDataset):
-    """Samples (or, with `collate_fn`, batches) of several exports mixed by `weights`.
+    """Samples (or, after `set_batching(..., collate_fn=...)`, batches) of several exports mixed by `weights`.
 
     `datasets`: `ShardDataset`s (their split, seed, shuffle and block decide each source's own order;
     their rank/world are ignored: the mixture splits its positions). `names`: one per source (default
@@ -69,15 +71,15 @@ class Mixture(IterableDataset):
     common schema (`rng` seeded from (seed, epoch, prefixed key), as `ShardDataset`'s). `fill_missing`:
     a field that another source's manifest declares and this source's does not is filled with zeros
     of the declared shape and dtype, and its mask with False (all padding), before the transform.
-    `samples_per_epoch`: positions per epoch (default: the sum of the sources' sizes).
+    `samples_per_epoch`: positions per epoch (default: the sum of the sources' sizes). Batching is set
+    by `ShardLoader(mixture, batch_size=...)`, or `set_batching` under a plain DataLoader.
     """
 
+    @refuse_old_keywords("Mixture", dict.fromkeys(("batch_size", "drop_last", "collate_fn"), BATCHING))
     def __init__(self, datasets: Sequence[ShardDataset], weights: Sequence[float], *, seed: int = 0,
                  names: Sequence[str] | None = None, samples_per_epoch: int | None = None, block: int = DEFAULT_BLOCK,
                  policy: str = "pad", transforms: Sequence[Transform | None] | Mapping[str, Transform] | None = None,
-                 fill_missing: bool = False, batch_size: int = 1, drop_last: bool = False,
-                 collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None, rank: int | None = None,
-                 world_size: int | None = None) -> None:
+                 fill_missing: bool = False, rank: int | None = None, world_size: int | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if len(weights) != len(datasets) or not datasets:
@@ -109,12 +111,21 @@ class Mixture(IterableDataset):
         self.seed, self.block, self.policy = int(seed), int(block), policy
         self.exports = exports_hash([export_id(ds.manifest) for ds in self.datasets])  # what the cursor records
         self.rank, self.world_size = resolve_topology(rank, world_size)
-        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
+        self.batch_size, self.drop_last, self.collate_fn = 1, False, None  # set by ShardLoader / set_batching
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor (as ShardDataset's)
         self._yielded = 0
         self._worker: tuple[int, int] = (0, 1)
-        self._sequence: Any = None  # ShardLoader resets it (ShardDataset's plan cache); unused here
         self._plan: tuple[tuple, MixPlan] | None = None  # the cached plan, by (epoch, history, rank, world)
+
+    def set_batching(self, batch_size: int, drop_last: bool = False,
+                     collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None) -> Mixture:
+        """As `ShardDataset.set_batching`: the loader's batch size, drop_last and collate_fn, in place
+        (ShardLoader calls it; call it yourself under a plain DataLoader). The sources' own batching is
+        unused: the mixture deals its positions."""
+        if whole_number(batch_size) is None or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
+        return self
 
     # -- what each source is --------------------------------------------------------------------
     def stats(self, name: str) -> dict[str, Any]:

@@ -43,7 +43,7 @@ import benchlib  # noqa: E402
 
 from robowds.export.cli.main import main as robowds  # noqa: E402
 from robowds.export.cli.synth import write_synthetic_store  # noqa: E402
-from robowds.reader import ShardDataset  # noqa: E402
+from robowds.reader import Remote, ShardDataset  # noqa: E402
 
 URL = "s3://robots/ds/manifest.json"
 
@@ -94,13 +94,15 @@ def main() -> None:
               f"{len(local.shards)} shards; proxy latency {args.latency_ms:g} ms per request\n", flush=True)
 
         with s3_behind_proxy({"ds": root / "out"}) as (proxy, options):
-            common = {"storage_options": options, "seed": 0}
-            plain = row("(a) per-sample requests", proxy, expected, latency, max_request_bytes=0, **common)
+            common = {"remote": Remote(storage_options=options), "seed": 0}
+            cached = {**common, "remote": Remote(storage_options=options, cache_dir=root / "cache")}
+            plain = row("(a) per-sample requests", proxy, expected, latency,
+                        **{**common, "remote": Remote(storage_options=options, max_request_bytes=0)})
             rows = [
                 row("(b) coalesced (4 MiB), shuffled", proxy, expected, latency, **common),
                 row("(b') coalesced (4 MiB), shuffle=False", proxy, ordered, latency, shuffle=False, **common),
-                row("(c) node cache, cold", proxy, expected, latency, cache_dir=root / "cache", **common),
-                row("(c') node cache, warm", proxy, expected, latency, cache_dir=root / "cache", **common),
+                row("(c) node cache, cold", proxy, expected, latency, **cached),
+                row("(c') node cache, warm", proxy, expected, latency, **cached),
             ]
         print("\nagainst (a) per-sample requests:")
         for r in rows:

@@ -83,7 +83,7 @@ def assert_same_batches(got: list[dict], expected: list[dict]) -> None:
 def test_raw_samples_reach_collate(out: Path) -> None:
     """The batch path is taken: matched samples carry RawArrays, and collating them equals collating
     the decoded ndarrays exactly."""
-    ds = ShardDataset(out, "train", seed=3, block=8, collate_fn=collate)
+    ds = ShardDataset(out, "train", seed=3, block=8).set_batching(1, collate_fn=collate)
     assert ds._raw_batches()
     from robowds.reader.source import ShardSource
     source = ShardSource(ds.base, shards=ds.shards)
@@ -95,8 +95,8 @@ def test_raw_samples_reach_collate(out: Path) -> None:
     for i in range(0, len(ids), BATCH):
         assert_same_batches([collate(raw[i:i + BATCH]), collate(raw[i:i + BATCH])],
                             [collate(plain[i:i + BATCH]), PerSample()(plain[i:i + BATCH])])
-    assert not ShardDataset(out, "train", collate_fn=PerSample())._raw_batches()
-    assert not ShardDataset(out, "train", collate_fn=collate, transform=lambda s, r: s)._raw_batches()
+    assert not ShardDataset(out, "train").set_batching(1, collate_fn=PerSample())._raw_batches()
+    assert not ShardDataset(out, "train", transform=lambda s, r: s).set_batching(1, collate_fn=collate)._raw_batches()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -251,7 +251,7 @@ def test_npz_layout_takes_the_batch_path_with_the_same_batches(tmp_path: Path) -
     """A `shard.layout=npz` export: its packed arrays reach Collate as RawArrays too, same batches."""
     npz = export_synthetic(tmp_path, 3, 4, "--stride", "3", "--set", "shard.max_samples=16",
                            "--set", "exclude=[overview]", "--set", "shard.layout=npz")
-    ds = ShardDataset(npz, "train", seed=3, block=8, collate_fn=collate)
+    ds = ShardDataset(npz, "train", seed=3, block=8).set_batching(1, collate_fn=collate)
     from robowds.reader.source import ShardSource
     ids = ds.sequence().tolist()
     raw = list(ds._samples(ShardSource(ds.base, shards=ds.shards), iter(ids), raw=True))

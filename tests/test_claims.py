@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import robowds.reader.dataset
-from robowds.reader import ShardDataset
+from robowds.reader import Remote, ShardDataset
 from robowds.reader.plan import PlanSpec, rank_sequence
 from robowds.reader.source import ShardSource
 
@@ -70,7 +70,7 @@ def test_resume_reads_nothing_already_consumed(out: Path, monkeypatch: pytest.Mo
     only byte ranges of samples not yet consumed, exactly the rest of the uninterrupted pass's
     (remote: one request per sample, `max_request_bytes=0`; coalesced requests are the next test)."""
     base = out.resolve().as_uri() if remote else str(out)
-    options = {"seed": 5, "block": 8, "max_request_bytes": 0}
+    options = {"seed": 5, "block": 8, "remote": Remote(max_request_bytes=0)}
     keys, spans, _ = _ranges_read(monkeypatch, ShardDataset(base, "train", **options))
     n = len(keys)
     assert n > 20 and len(spans) == n and len(set(spans)) == n  # one distinct range per sample
@@ -93,7 +93,7 @@ def test_a_coalesced_resume_requests_only_what_holds_unconsumed_samples(out: Pat
     fewer requests than samples, and every request holds at least one sample not yet consumed (a
     request may carry a consumed neighbour's bytes as filler between two unconsumed ones)."""
     base = out.resolve().as_uri()
-    per_sample = ShardDataset(base, "train", seed=5, block=8, max_request_bytes=0)
+    per_sample = ShardDataset(base, "train", seed=5, block=8, remote=Remote(max_request_bytes=0))
     keys, spans, _ = _ranges_read(monkeypatch, per_sample)
     n = len(keys)
     for cut in (1, n // 3, n - 2):

@@ -22,7 +22,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
-from robowds.reader import ShardDataset
+from robowds.reader import Remote, ShardDataset
 
 from fault_proxy import FaultProxy, moto_client, s3_behind_proxy
 
@@ -111,7 +111,8 @@ def test_export_to_s3_equals_a_local_export_byte_for_byte(store: Path, expected:
         ("DELETE", "/robots/same/.robowds-lock"), ("PUT", "/robots/same/.robowds-lock")]
     # the reader trains from the URL: each split yields as many samples as its shards hold
     for split, count in (("train", 28), ("val", 8)):
-        remote = [s["__key__"] for s in ShardDataset("s3://robots/same", split, shuffle=False, storage_options=options)]
+        remote = [s["__key__"] for s in ShardDataset("s3://robots/same", split, shuffle=False,
+                                                     remote=Remote(storage_options=options))]
         assert len(remote) == count
         manifest = json.loads(expected["manifest.json"])
         assert sum(s["samples"] for s in manifest["splits"][split]["shards"]) == count
@@ -127,7 +128,7 @@ def test_reader_reads_the_exported_url_like_the_local_folder(expected: dict[str,
         (local / rel).write_bytes(data)
 
     def samples(source: str) -> list[tuple[str, list[tuple[str, bytes]]]]:
-        ds = ShardDataset(source, "train", seed=3, storage_options=options, verify=True)
+        ds = ShardDataset(source, "train", seed=3, remote=Remote(storage_options=options), verify=True)
         return [(s["__key__"], sorted((k, v.tobytes() if hasattr(v, "tobytes") else repr(v).encode())
                                       for k, v in s.items())) for s in ds]
     remote = samples("s3://robots/same/manifest.json")

@@ -66,7 +66,7 @@ def test_stateful_dataloader_state_from_another_batch_size(dataset_dir: Path) ->
     from robowds.reader import collate
 
     def loader(batch: int) -> object:
-        ds = ShardDataset(dataset_dir, "train", seed=7, block=16, batch_size=batch, collate_fn=collate)
+        ds = ShardDataset(dataset_dir, "train", seed=7, block=16).set_batching(batch, collate_fn=collate)
         return sdl.StatefulDataLoader(ds, batch_size=None, num_workers=2, snapshot_every_n_steps=1)
 
     first = loader(4)

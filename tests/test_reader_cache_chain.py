@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from fsspec.implementations.cache_mapper import create_cache_mapper
 
-from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
+from robowds.reader import Remote, RetryPolicy, ShardDataset, ShardLoader
 
 from fault_proxy import FaultProxy, moto_client
 from remote_export import exported, s3  # noqa: F401 (fixtures)
@@ -52,8 +52,8 @@ def test_cache_chain_with_eight_read_threads(s3: tuple[FaultProxy, dict[str, Any
     proxy.configure(None, latency_s=0.01)
     for run in range(2):
         storage = tmp_path / f"cache{run}"
-        ds = ShardDataset(f"{chain}::s3://robots/ds/manifest.json", "train", seed=4, retry=FAST,
-                          storage_options=chained(chain, options, storage), max_request_bytes=0)
+        ds = ShardDataset(f"{chain}::s3://robots/ds/manifest.json", "train", seed=4,
+                          remote=Remote(storage_options=chained(chain, options, storage), retry=FAST, max_request_bytes=0))
         assert [canonical(s) for s in ds] == local, f"pass {run}"
     ds.set_epoch(0)  # a dataset iterated to its end moved on to epoch 1
     assert [canonical(s) for s in ds] == local  # from the cache
@@ -68,8 +68,9 @@ def test_shared_cache_folder_across_dataloader_workers(s3: tuple[FaultProxy, dic
     proxy.configure(None, latency_s=0.01)
     storage = tmp_path / "shared"
     for _ in range(2):
-        ds = ShardDataset("simplecache::s3://robots/ds/manifest.json", "train", seed=4, retry=FAST,
-                          storage_options=chained("simplecache", options, storage), max_request_bytes=0)
+        ds = ShardDataset("simplecache::s3://robots/ds/manifest.json", "train", seed=4,
+                          remote=Remote(storage_options=chained("simplecache", options, storage), retry=FAST,
+                                        max_request_bytes=0))
         batches = [canonical(b) for b in ShardLoader(ds, batch_size=1, num_workers=2)]
         keys = [dict(b)["__key__"][0] for b in batches]
         assert keys == [dict(s)["__key__"] for s in local]

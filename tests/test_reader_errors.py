@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robowds.reader import ShardDataset, ShardLoader
+from robowds.reader import Remote, ShardDataset, ShardLoader
 from robowds.reader.format import encode_member, group_samples, iter_members
 from robowds.reader.manifest import ManifestError
 from robowds.reader.source import ShardReadError
@@ -145,14 +145,16 @@ def test_reads_and_resumes_from_s3(exported: Path) -> None:
         options = {"key": "test", "secret": "test", "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
         url = "s3://robots/ds/manifest.json"
         local = ShardLoader(ShardDataset(exported, "train", seed=9), batch_size=4)
-        remote = ShardLoader(ShardDataset(url, "train", seed=9, verify=True, storage_options=options), batch_size=4)
+        remote = ShardLoader(ShardDataset(url, "train", seed=9, verify=True, remote=Remote(storage_options=options)),
+                             batch_size=4)
         local_batches = [(b["__key__"], b["joints"].numpy().tobytes()) for b in local]
         head = []
         for i, b in enumerate(remote):
             head.append((b["__key__"], b["joints"].numpy().tobytes()))
             if i == 2:
                 break
-        resumed = ShardLoader(ShardDataset(url, "train", seed=9, storage_options=options), batch_size=4, num_workers=2)
+        resumed = ShardLoader(ShardDataset(url, "train", seed=9, remote=Remote(storage_options=options)), batch_size=4,
+                              num_workers=2)
         resumed.load_state_dict(json.loads(json.dumps(remote.state_dict())))
         tail = [(b["__key__"], b["joints"].numpy().tobytes()) for b in resumed]
         assert head + tail == local_batches

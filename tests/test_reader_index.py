@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 from robowds.reader.collation import collate
 from robowds.reader.dataset import ShardDataset
 from robowds.reader.index import ShardIndex
+from robowds.reader.remote_options import Remote
 
 from exports import export_synthetic
 
@@ -116,7 +117,7 @@ def test_s3_through_moto(exported: Path, iterated: list[dict[str, Any]]) -> None
     from fault_proxy import s3_behind_proxy
 
     with s3_behind_proxy({"ds": exported}) as (proxy, options):
-        ds = ShardIndex("s3://robots/ds/manifest.json", "train", storage_options=options)
+        ds = ShardIndex("s3://robots/ds/manifest.json", "train", remote=Remote(storage_options=options))
         order = [len(ds) - 1, 2, 33]
         assert [canonical(ds[i]) for i in order] == [canonical(iterated[i]) for i in order]
         assert canonical(ds.by_key(iterated[20]["__key__"])) == canonical(iterated[20])

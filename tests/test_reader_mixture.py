@@ -238,7 +238,7 @@ def test_stateful_dataloader_resume(sources: tuple[Path, Path]) -> None:
     from robowds.reader import collate
 
     def loader(batch: int = BATCH) -> Any:
-        mix = make_mixture(sources, batch_size=batch, collate_fn=collate)
+        mix = make_mixture(sources).set_batching(batch, collate_fn=collate)
         return sdl.StatefulDataLoader(mix, batch_size=None, num_workers=2, snapshot_every_n_steps=1)
 
     reference = [k for b in loader() for k in b["__key__"]]

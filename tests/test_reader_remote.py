@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
+from robowds.reader import Remote, RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.source import ShardReadError
 
 from offsets import shard_offsets
@@ -65,7 +65,7 @@ def test_every_third_response_faulty_reads_each_sample_once_in_order(
         s3: tuple[FaultProxy, dict[str, Any]], local: list[Any], mode: str) -> None:
     proxy, options = s3
     proxy.configure(mode)
-    remote = read(URL, storage_options=options, retry=FAST)
+    remote = read(URL, remote=Remote(storage_options=options, retry=FAST))
     assert proxy.faults >= proxy.gets() // 3 > 0  # the faults really happened
     assert remote == local
     assert sum(len(b[0][1]) for b in remote) > 0
@@ -76,14 +76,14 @@ def test_faulty_responses_with_two_dataloader_workers(s3: tuple[FaultProxy, dict
                                                        mode: str) -> None:
     proxy, options = s3
     proxy.configure(mode)
-    assert read(URL, workers=2, storage_options=options, retry=FAST) == local
+    assert read(URL, workers=2, remote=Remote(storage_options=options, retry=FAST)) == local
     assert proxy.faults > 0
 
 
 def test_verify_hashes_through_faults(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any]) -> None:
     proxy, options = s3
     proxy.configure("cut", only=".tar")
-    assert read(URL, storage_options=options, retry=FAST, verify=True) == local
+    assert read(URL, remote=Remote(storage_options=options, retry=FAST), verify=True) == local
 
 
 def _shard(exported: Path, index: int) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def test_permanent_fault_names_shard_range_and_url_and_is_skipped(
         spoil = proxy.fault_for
         monkeypatch.setattr(proxy, "fault_for", lambda method, path, headers: None if ".idx" in path
                             else spoil(method, path, headers))
-    ds = ShardDataset(URL, "train", shuffle=False, storage_options=options, retry=FAST)
+    ds = ShardDataset(URL, "train", shuffle=False, remote=Remote(storage_options=options, retry=FAST))
     first = next(i for i, s in enumerate(ds.shards) if s.path == shard["path"])
     before = sum(ds.counts[:first])
     start, stop = shard_offsets(exported, shard)[0], shard["bytes"] - 1024  # one request: all its samples
@@ -122,8 +122,9 @@ def test_permanent_fault_names_shard_range_and_url_and_is_skipped(
     assert time.monotonic() - began < FAST.bound_s() + 5
 
     # skipped (in DataLoader workers): the epoch without exactly that shard's samples, in the same order
-    skipping = ShardLoader(ShardDataset(URL, "train", seed=4, on_error="skip", storage_options=options,
-                                        retry=RetryPolicy(attempts=3, backoff_s=0.0, timeout_s=1.0)),
+    skipping = ShardLoader(ShardDataset(URL, "train", seed=4, on_error="skip",
+                                        remote=Remote(storage_options=options,
+                                                      retry=RetryPolicy(attempts=3, backoff_s=0.0, timeout_s=1.0))),
                            batch_size=3, num_workers=2)
     got = [canonical(b) for b in skipping]
     keys = [k for b in got for k in dict(b)["__key__"]]
@@ -142,7 +143,7 @@ def test_server_ignoring_range_is_reported_as_such(s3: tuple[FaultProxy, dict[st
     spoil = proxy.fault_for  # the shards' ranged reads only: their indexes stay intact
     monkeypatch.setattr(proxy, "fault_for", lambda method, path, headers: None if ".idx" in path
                         else spoil(method, path, headers))
-    ds = ShardDataset(URL, "train", shuffle=False, storage_options=options, retry=FAST)
+    ds = ShardDataset(URL, "train", shuffle=False, remote=Remote(storage_options=options, retry=FAST))
     start, stop = shard_offsets(exported, shard)[0], shard["bytes"] - 1024  # one request: all its samples
     with pytest.raises(ShardReadError) as info:
         next(iter(ds))
@@ -168,7 +169,7 @@ def test_truncated_remote_object_is_reported_at_once(s3: tuple[FaultProxy, dict[
     client.put_object(Bucket="robots", Key="cut/manifest.json", Body=(exported / "manifest.json").read_bytes())
     client.put_object(Bucket="robots", Key=f"cut/{shard['path']}.idx", Body=(exported / f"{shard['path']}.idx").read_bytes())
     slow = RetryPolicy(attempts=4, backoff_s=20.0)  # a retry would wait >= 10 s
-    ds = ShardDataset("s3://robots/cut/", "train", shuffle=False, storage_options=options, retry=slow)
+    ds = ShardDataset("s3://robots/cut/", "train", shuffle=False, remote=Remote(storage_options=options, retry=slow))
     began = time.monotonic()
     with pytest.raises(ShardReadError, match=rf"shard {shard['path']}: byte {cut}: shard is truncated "
                                              rf"\(wanted bytes {shard_offsets(exported, shard)[3]}-{shard_offsets(exported, shard)[4]} of "
@@ -183,10 +184,10 @@ def test_manifest_read_is_retried_and_fails_clearly(s3: tuple[FaultProxy, dict[s
 
     proxy, options = s3
     proxy.configure("reset", every=1, only="manifest.json", per_target=2)
-    assert ShardDataset(URL, "train", storage_options=options, retry=FAST).counts  # third attempt succeeds
+    assert ShardDataset(URL, "train", remote=Remote(storage_options=options, retry=FAST)).counts  # third attempt succeeds
     proxy.configure("reset", every=1, only="manifest.json", per_target=10**9)
     with pytest.raises(ManifestError, match=rf"^{URL}: cannot be read: .* \(gave up after 6 attempts"):
-        ShardDataset(URL, "train", storage_options=options, retry=FAST)
+        ShardDataset(URL, "train", remote=Remote(storage_options=options, retry=FAST))
 
 
 def test_retry_policy_is_validated_and_bounded() -> None:
@@ -203,8 +204,8 @@ def test_missing_object_fails_at_once_naming_it(s3: tuple[FaultProxy, dict[str, 
     shard = _shard(exported, 0)
     client = moto_client(proxy)
     client.put_object(Bucket="robots", Key="gone/manifest.json", Body=(exported / "manifest.json").read_bytes())
-    ds = ShardDataset("s3://robots/gone", "train", shuffle=False, storage_options=options,
-                      retry=RetryPolicy(attempts=4, backoff_s=20.0))  # a retry would wait >= 10 s
+    slow = RetryPolicy(attempts=4, backoff_s=20.0)  # a retry would wait >= 10 s
+    ds = ShardDataset("s3://robots/gone", "train", shuffle=False, remote=Remote(storage_options=options, retry=slow))
     start, stop = shard_offsets(exported, shard)[0], shard["bytes"] - 1024  # one request: all its samples
     began = time.monotonic()
     with pytest.raises(ShardReadError) as info:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
+from robowds.reader import Remote, RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.remote import RangeReader, RemoteReadError
 from robowds.reader.source import ShardReadError, remote_filesystem
 
@@ -41,17 +41,18 @@ def test_unshuffled_reads_are_one_request_per_shard_and_bounded(s3: tuple[FaultP
     ds = ShardDataset(exported, "train", shuffle=False)
     local = [canonical(s) for s in ds]
     proxy.configure(None)
-    assert [canonical(s) for s in ShardDataset(URL, "train", shuffle=False, storage_options=options)] == local
+    assert [canonical(s) for s in ShardDataset(URL, "train", shuffle=False,
+                                               remote=Remote(storage_options=options))] == local
     assert proxy.gets(".tar") == len(ds.shards)  # 8 samples of ~12 KB: one GET each shard
     bound = 3 * min(s.bytes for s in ds.shards if s.samples == 8) // 8  # about 3 samples
     proxy.configure(None)
-    assert [canonical(s) for s in ShardDataset(URL, "train", shuffle=False, storage_options=options,
-                                               max_request_bytes=bound)] == local
+    assert [canonical(s) for s in ShardDataset(URL, "train", shuffle=False,
+                                               remote=Remote(storage_options=options, max_request_bytes=bound))] == local
     fewest = sum(-(-(s.bytes - 1024) // bound) for s in ds.shards)  # requests filled to the bound
     assert fewest <= proxy.gets(".tar") <= sum(-(-s.samples // 2) for s in ds.shards)  # >= 2 samples each
     proxy.configure(None)
-    assert [canonical(s) for s in ShardDataset(URL, "train", shuffle=False, storage_options=options,
-                                               max_request_bytes=0)] == local
+    assert [canonical(s) for s in ShardDataset(URL, "train", shuffle=False,
+                                               remote=Remote(storage_options=options, max_request_bytes=0))] == local
     assert proxy.gets(".tar") == len(local)  # one request per sample
 
 
@@ -62,7 +63,7 @@ def test_resets_latency_and_throttling_every_sample_once_in_order(
     SlowDown (each request at most twice): the epoch equals the local one, batch for batch."""
     proxy, options = s3
     proxy.configure("503", every=3, per_target=2, latency_s=0.02, reset_every=4)
-    assert batches(URL, workers, storage_options=options, retry=FAST) == local
+    assert batches(URL, workers, remote=Remote(storage_options=options, retry=FAST)) == local
     assert proxy.faults > 0
     samples = sum(len(dict(b)["__key__"]) for b in local)
     assert proxy.gets(".tar") < samples  # coalesced: fewer GETs than samples, faulty ones included
@@ -73,7 +74,7 @@ def test_one_request_per_sample_through_faults(s3: tuple[FaultProxy, dict[str, A
                                                mode: str) -> None:
     proxy, options = s3
     proxy.configure(mode, every=3, only=".tar")
-    assert batches(URL, storage_options=options, retry=FAST, max_request_bytes=0) == local
+    assert batches(URL, remote=Remote(storage_options=options, retry=FAST, max_request_bytes=0)) == local
     assert proxy.faults >= len(local) // 3
 
 
@@ -82,8 +83,8 @@ def test_access_denied_is_permanent_and_named(s3: tuple[FaultProxy, dict[str, An
     naming shard, byte range, length, URL, the status and that it is permanent."""
     proxy, options = s3
     shard = ShardDataset(exported, "train").shards[0]
-    ds = ShardDataset(URL, "train", shuffle=False, storage_options=options,
-                      retry=RetryPolicy(attempts=4, backoff_s=20.0))
+    ds = ShardDataset(URL, "train", shuffle=False,
+                      remote=Remote(storage_options=options, retry=RetryPolicy(attempts=4, backoff_s=20.0)))
     end = shard.bytes - 1024  # one request: all 8 samples, up to the end-of-archive blocks
     proxy.configure("403", every=1, only=shard.path, suffix=".tar", per_target=10**9)  # not its index
     with pytest.raises(ShardReadError) as info:

@@ -148,7 +148,7 @@ def test_stateful_dataloader_resume(dataset_dir: Path) -> None:
     from robowds.reader.collation import collate
 
     def run(state: dict | None, stop: int | None) -> tuple[list[str], dict]:
-        ds = ShardDataset(dataset_dir, "train", seed=7, block=16, batch_size=BATCH)
+        ds = ShardDataset(dataset_dir, "train", seed=7, block=16).set_batching(BATCH)
         loader = sdl.StatefulDataLoader(ds, batch_size=BATCH, num_workers=2, collate_fn=collate,
                                         snapshot_every_n_steps=1)
         if state is not None:

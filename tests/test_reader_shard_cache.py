@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from robowds.reader import RetryPolicy, ShardDataset, ShardLoader
+from robowds.reader import Remote, RetryPolicy, ShardDataset, ShardLoader
 from robowds.reader.shard_cache import SHARD, ShardCache
 from robowds.reader.source import ShardReadError
 
@@ -47,14 +47,14 @@ def published(folder: Path, kind: str = "tar") -> list[str]:
 def test_shards_download_once_then_read_locally(s3: tuple[FaultProxy, dict[str, Any]], local: list[Any],
                                                 tmp_path: Path) -> None:
     proxy, options = s3
-    shards = ShardDataset(URL, "train", storage_options=options).shards
+    shards = ShardDataset(URL, "train", remote=Remote(storage_options=options)).shards
     proxy.configure(None)
-    assert batches(URL, storage_options=options, retry=FAST, cache_dir=tmp_path) == local
+    assert batches(URL, remote=Remote(storage_options=options, retry=FAST, cache_dir=tmp_path)) == local
     assert proxy.gets(".tar") == len(shards)  # one ranged read per shard (each < 8 MiB)
     assert published(tmp_path) == sorted(f"robowds-{s.sha256}.tar" for s in shards)
     assert published(tmp_path, "idx") == sorted({f"robowds-{s.index_sha256}.idx" for s in shards})  # by content
     proxy.configure(None)
-    assert batches(URL, storage_options=options, retry=FAST, cache_dir=tmp_path) == local  # a new run
+    assert batches(URL, remote=Remote(storage_options=options, retry=FAST, cache_dir=tmp_path)) == local  # a new run
     assert proxy.gets(".tar") == proxy.gets(".idx") == 0  # all from the node cache
 
 
@@ -64,8 +64,8 @@ def test_two_worker_processes_share_an_empty_cache(s3: tuple[FaultProxy, dict[st
     50 ms per request, the downloads overlap); each is downloaded once, and both read it whole."""
     proxy, options = s3
     proxy.configure(None, latency_s=0.05)
-    assert batches(URL, 2, storage_options=options, retry=FAST, cache_dir=tmp_path) == local
-    shards = ShardDataset(URL, "train", storage_options=options).shards
+    assert batches(URL, 2, remote=Remote(storage_options=options, retry=FAST, cache_dir=tmp_path)) == local
+    shards = ShardDataset(URL, "train", remote=Remote(storage_options=options)).shards
     assert proxy.gets(".tar") == len(shards)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
 
@@ -77,7 +77,7 @@ def test_limit_is_exceeded_by_at_most_the_shard_landing(s3: tuple[FaultProxy, di
     the shards and downloads in the folder stay under limit + one shard; files that are not the
     cache's own survive every eviction, and a dead download's temporary file is removed."""
     proxy, options = s3
-    shards = ShardDataset(URL, "train", storage_options=options).shards
+    shards = ShardDataset(URL, "train", remote=Remote(storage_options=options)).shards
     largest = max(s.bytes for s in shards)
     limit = int(2.5 * largest)
     foreign = {"notes.txt": b"mine", "robowds-0123.tar": b"x" * 10, "other.tar": b"y" * largest,
@@ -93,8 +93,8 @@ def test_limit_is_exceeded_by_at_most_the_shard_landing(s3: tuple[FaultProxy, di
         return sample
 
     proxy.configure(None, latency_s=0.01)
-    got = batches(URL, workers, storage_options=options, retry=FAST, cache_dir=tmp_path, cache_limit_bytes=limit,
-                  transform=check)
+    got = batches(URL, workers, transform=check,
+                  remote=Remote(storage_options=options, retry=FAST, cache_dir=tmp_path, cache_limit_bytes=limit))
     assert got == local
     assert cache.usage() <= limit and len(published(tmp_path)) == 2  # the others were evicted
     assert {name: (tmp_path / name).read_bytes() for name in foreign} == foreign
@@ -106,7 +106,7 @@ def test_a_live_download_is_counted_and_kept(s3: tuple[FaultProxy, dict[str, Any
     """Another process's download in flight (its temporary file locked) is never removed, and counts
     against the limit at its full size: with it the limit has no room, so a read waits for it."""
     proxy, options = s3
-    shard = ShardDataset(URL, "train", storage_options=options).shards[0]
+    shard = ShardDataset(URL, "train", remote=Remote(storage_options=options)).shards[0]
     live = tmp_path / f"robowds-{'c' * 64}.tar.{os.getpid()}-0000beef.part"
     fd = os.open(live, os.O_RDWR | os.O_CREAT)
     try:
@@ -119,7 +119,7 @@ def test_a_live_download_is_counted_and_kept(s3: tuple[FaultProxy, dict[str, Any
         assert live.exists() and cache.usage() == 1000 + shard.bytes
     finally:
         os.close(fd)
-    other = ShardDataset(URL, "train", storage_options=options).shards[1]
+    other = ShardDataset(URL, "train", remote=Remote(storage_options=options)).shards[1]
     data = (exported / other.path).read_bytes()
     with ShardCache(str(tmp_path), 0).open(other.sha256, other.bytes, lambda a, b: data[a:b]) as fh:
         assert fh.read() == data  # alone over the limit: it lands anyway, everything else evicted
@@ -140,8 +140,8 @@ def test_a_corrupt_remote_shard_is_never_published(s3: tuple[FaultProxy, dict[st
             if path.name == Path(shard.path).name:
                 body = body[:5000] + bytes([body[5000] ^ 1]) + body[5001:]  # one bit flipped, same size
             client.put_object(Bucket="robots", Key=f"flip/{path.relative_to(exported).as_posix()}", Body=body)
-    remote = ShardDataset("s3://robots/flip/", "train", shuffle=False, storage_options=options, retry=FAST,
-                          cache_dir=tmp_path)
+    remote = ShardDataset("s3://robots/flip/", "train", shuffle=False,
+                          remote=Remote(storage_options=options, retry=FAST, cache_dir=tmp_path))
     with pytest.raises(ShardReadError, match=rf"^shard {shard.path}: byte 0: s3://robots/flip/{shard.path}: "
                                              r"the downloaded copy does not match the manifest"):
         next(iter(remote))
@@ -149,10 +149,10 @@ def test_a_corrupt_remote_shard_is_never_published(s3: tuple[FaultProxy, dict[st
 
 
 def test_local_exports_are_read_in_place(exported: Path, local: list[Any], tmp_path: Path) -> None:
-    assert batches(exported, cache_dir=tmp_path / "unused") == local
+    assert batches(exported, remote=Remote(cache_dir=tmp_path / "unused")) == local
     assert not (tmp_path / "unused").exists()
     with pytest.raises(ValueError, match="cache_limit_bytes must be >= 0"):
-        ShardDataset(exported, "train", cache_dir=tmp_path, cache_limit_bytes=-1)
+        ShardDataset(exported, "train", remote=Remote(cache_dir=tmp_path, cache_limit_bytes=-1))
 
 
 def test_a_download_publishes_only_under_the_folder_lock(tmp_path: Path) -> None:

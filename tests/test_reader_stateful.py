@@ -47,9 +47,9 @@ def make(path: Path, workers: int, batched_by: str = "dataset") -> tuple[ShardDa
     """The README's way: the dataset collates whole planned batches (in the workers) and the loader
     passes them on (`batch_size=None`). Or ("loader") the loader batches single samples."""
     if batched_by == "dataset":
-        ds = ShardDataset(path, "train", seed=7, block=16, batch_size=BATCH, collate_fn=collate)
+        ds = ShardDataset(path, "train", seed=7, block=16).set_batching(BATCH, collate_fn=collate)
         return ds, sdl.StatefulDataLoader(ds, batch_size=None, num_workers=workers, snapshot_every_n_steps=1)
-    ds = ShardDataset(path, "train", seed=7, block=16, batch_size=BATCH)
+    ds = ShardDataset(path, "train", seed=7, block=16).set_batching(BATCH)
     return ds, sdl.StatefulDataLoader(ds, batch_size=BATCH, num_workers=workers, collate_fn=collate,
                                       snapshot_every_n_steps=1)
 
