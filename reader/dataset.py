@@ -73,6 +73,14 @@ def sample_rng(seed: int, epoch: int, key: str) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, digest])
 
 
+def checked_batching(batch_size: int, drop_last: bool, collate_fn: Callable[[list[dict[str, Any]]], Any] | None
+                     ) -> tuple[int, bool, Callable[[list[dict[str, Any]]], Any] | None]:
+    """`set_batching`'s arguments, checked (ShardDataset's and Mixture's)."""
+    if whole_number(batch_size) is None or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    return int(batch_size), bool(drop_last), collate_fn
+
+
 class ShardDataset(IterableDataset):
     """Samples (or, after `set_batching(..., collate_fn=...)`, batches) of one split, for this rank and
     DataLoader worker.
@@ -139,9 +147,7 @@ class ShardDataset(IterableDataset):
         single samples (the loader batches them with the same `batch_size`). In place; returns the
         dataset, for `DataLoader(ShardDataset(...).set_batching(32), batch_size=32)`. ShardLoader calls
         it, so its users never do. The cursor records `batch_size` as before."""
-        if whole_number(batch_size) is None or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
+        self.batch_size, self.drop_last, self.collate_fn = checked_batching(batch_size, drop_last, collate_fn)
         return self
 
     # -- the plan --------------------------------------------------------------------------------

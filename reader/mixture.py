@@ -25,12 +25,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.cursor import MIXTURE_KEYS, as_cursor, check_export, check_keys, check_progress, export_id, \
     exports_hash
-from robowds.reader.dataset import ShardDataset, Transform, resolve_topology, sample_rng
+from robowds.reader.dataset import ShardDataset, Transform, checked_batching, resolve_topology, sample_rng
 from robowds.reader.emit import planned_items
 from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
 from robowds.reader.old_keywords import BATCHING, refuse_old_keywords
 from robowds.reader.plan import POLICIES, Topology, worker_chunks, worker_count
-from robowds.reader.remote_options import whole_number
 from robowds.reader.source import ShardSource
 
 MIX_STATE_VERSION = 1
@@ -122,9 +121,7 @@ class Mixture(IterableDataset):
         """As `ShardDataset.set_batching`: the loader's batch size, drop_last and collate_fn, in place
         (ShardLoader calls it; call it yourself under a plain DataLoader). The sources' own batching is
         unused: the mixture deals its positions."""
-        if whole_number(batch_size) is None or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        self.batch_size, self.drop_last, self.collate_fn = int(batch_size), bool(drop_last), collate_fn
+        self.batch_size, self.drop_last, self.collate_fn = checked_batching(batch_size, drop_last, collate_fn)
         return self
 
     # -- what each source is --------------------------------------------------------------------

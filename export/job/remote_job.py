@@ -160,11 +160,16 @@ def _job_of(doc: bytes | None) -> str | None:
     return found.get("job_id") if isinstance(found, dict) else None
 
 
+def _listing_without_lock(out: RemoteOut) -> dict[str, int]:
+    """What is under the URL but the lock object this job holds (`output/remote_lock.py`)."""
+    return {rel: size for rel, size in out.listing().items() if rel != LOCK_NAME}
+
+
 def prepare_remote(out: RemoteOut, job_id: str, overwrite: bool) -> RemoteState | dict[str, Any]:
     """Decide whether the URL may take this export before changing anything there (the rules of the
     local `_prepare_out`); returns the job's state, or the manifest of a finished export of this job."""
     finished = finish_remote_publish(out)
-    listing = {rel: size for rel, size in out.listing().items() if rel != LOCK_NAME}  # ours, held by this job
+    listing = _listing_without_lock(out)
     old = read_remote_manifest(out)
     work = {rel for rel in listing if rel.startswith(WORK + "/")}
     if old is None and JOB not in work and len(work) < len(listing):
@@ -176,7 +181,7 @@ def prepare_remote(out: RemoteOut, job_id: str, overwrite: bool) -> RemoteState 
     same_job = JOB in work and _job_of(out.get(JOB)) == job_id
     if work and not same_job:
         _discard(out, old, listing)  # a partial upload of another store/config: useless
-        listing, work = {rel: size for rel, size in out.listing().items() if rel != LOCK_NAME}, set()
+        listing, work = _listing_without_lock(out), set()
     if old is not None and old.get("job_id") == job_id and (finished or not overwrite):
         _clear_work(out, listing)
         return old

@@ -229,7 +229,7 @@ def check_store_unchanged(store: StoreLocation, source: str, work: Path, remote:
     URL, the objects it uploaded that no manifest lists): it is keyed by the old fingerprint, and a
     re-run against a store changed back would otherwise resume from episodes staged from the new
     data. Cost: one more read of the store's tables and one listing of its files (media files count
-    by path and size, `schema.fingerprint`), small next to the export's reads of the media."""
+    by path and size, `store/fingerprint.py`), small next to the export's reads of the media."""
     now = fingerprint(store)
     if now == source:
         return
@@ -245,7 +245,7 @@ def check_store_unchanged(store: StoreLocation, source: str, work: Path, remote:
 
 def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source: str, job_id: str, out: Path | str,
          work: Path, workers: int, progress: bool, began: float, choice: ExecutorChoice,
-         profile: JobProfile, remote: RemoteState | None = None, store: StoreLocation | None = None) -> Summary:
+         profile: JobProfile, remote: RemoteState | None, store: StoreLocation) -> Summary:
     """Map, reduce and publish into a prepared work folder (and with `remote`, upload and publish there)."""
     schema = job.schema
     profile.lap("plan")  # resolve, fingerprint, prepare OUT
@@ -299,8 +299,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         if uploads:
             uploads.close()
     profile.lap("pool close")
-    if store is not None:
-        check_store_unchanged(store, source, work, remote)
+    check_store_unchanged(store, source, work, remote)
     profile.lap("store check")
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,

@@ -201,6 +201,8 @@ class EpisodeLoader:
         self.fields = fields
         self.content_key = content_key
         self._reader = RowReader(schema.location, content_key)
+        # table -> (the wanted fields, the reserved columns) read from it; O(tables), made once
+        self._columns = {table: self._table_columns(table) for table in schema.tables}
 
     def load(self, episode_ids: list[str]) -> Iterator[EpisodeData | EpisodeError]:
         """Episodes in the given order, or the error that makes one unreadable (the batch goes on);
@@ -229,7 +231,7 @@ class EpisodeLoader:
                 problems: list[EpisodeError] = []
                 yield self._load_one(ep, rows, problems), problems
 
-    def _columns(self, table: str) -> tuple[list[str], list[str]]:
+    def _table_columns(self, table: str) -> tuple[list[str], list[str]]:
         """(the wanted fields, the reserved columns) this loader reads from `table`."""
         wanted = [c for c in self.schema.tables[table] if c in self.fields]
         # the `split` column is read once for all episodes by the plan (job._declared_splits)
@@ -241,21 +243,21 @@ class EpisodeLoader:
         episodes missing from a table are left out (validate) instead of failing with a KeyError."""
         wanted = []
         for table in self.schema.tables:
-            if not any(self._columns(table)):
+            if not any(self._columns[table]):
                 continue
             for ep in episode_ids:
                 if tolerant and ep not in self.schema.rows[table]:
                     continue  # open_store reported the episode missing from this table
                 group, row = self.schema.rows[table][ep]
                 wanted.append((table, group, row, ep))
-        return self._reader.read(wanted, {table: sum(self._columns(table), []) for table in self.schema.tables})
+        return self._reader.read(wanted, {table: sum(self._columns[table], []) for table in self.schema.tables})
 
     def _load_one(self, ep: str, rows: dict[tuple[str, str], dict[str, pa.Array]],
                   problems: list[EpisodeError] | None = None) -> EpisodeData:
         """`problems`: None raises the first error; a list collects one per field and loads the rest."""
         data = EpisodeData(ep)
         for table in self.schema.tables:
-            wanted, extras = self._columns(table)
+            wanted, extras = self._columns[table]
             if (table, ep) not in rows:
                 continue  # nothing read from this table, or (validate) the episode is missing from it
             columns = rows[table, ep]  # each a 1-row array

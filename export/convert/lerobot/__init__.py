@@ -37,8 +37,7 @@ each such episode is skipped). Memory: one episode's table at a time, O(longest 
 from __future__ import annotations
 
 import io
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
