@@ -1,0 +1,90 @@
+"""Killing an export at a chosen phase of its job, read from its work folder (export/job/run.py,
+export/output/publish.py): the tools of the SIGKILL tests (test_export_e2e.py, test_export_overwrite.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+WORK = ".robowds-work"
+PHASES = ("start", "map", "staged", "reduce", "manifest", "publish", "cleanup", "done")  # in the order a run passes them
+
+
+def work_phase(out: Path, episodes: int) -> str:
+    """The furthest phase an export into `out` has reached, read from what its work folder holds
+    (export/job/run.py, export/output/publish.py): `map` = some episodes staged (`ep-N.rec`), not all; `staged` =
+    all of them, no shard yet; `reduce` = shard records, temp shards or finished shards in `ready/`;
+    `manifest` = the wids indexes / manifest written (or being written) into `ready/`, before the
+    journal; `publish` = the journal `publish.json` (the commit point) exists, the manifest is not in
+    OUT yet; `cleanup` = the manifest is in OUT, the work folder not yet removed; `done` = manifest in
+    OUT, no work folder."""
+    work = out / WORK
+    for _ in range(5):  # a folder listed while the run creates or removes it: read again
+        try:
+            return _phase_once(out, work, episodes)
+        except FileNotFoundError:
+            continue
+    return "start"
+
+
+def _phase_once(out: Path, work: Path, episodes: int) -> str:
+    if (out / "manifest.json").exists():
+        return "done" if not work.exists() else "cleanup"
+    names = os.listdir(work)
+    if "job.json" not in names:
+        return "start"
+    if "publish.json" in names:
+        return "publish"
+    ready = os.listdir(work / "ready")
+    if any(".json" in n for n in ready):  # <split>.wids.json, manifest.json and their temp files
+        return "manifest"
+    if os.listdir(work / "shards") or os.listdir(work / "tmp") or any(os.listdir(work / "ready" / d) for d in ready):
+        return "reduce"
+    staged = sum(n.endswith(".rec") for n in names)
+    return "staged" if staged == episodes else "map" if staged else "start"
+
+
+def work_files(out: Path) -> set[str]:
+    """Every file under `out` but the job file (each run rewrites it through a temp file at start).
+    os.walk skips a folder removed while it walks."""
+    return {os.path.relpath(os.path.join(folder, name), out) for folder, _, names in os.walk(out)
+            for name in names if not name.startswith("job.json")}
+
+
+def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
+                    delay_s: float) -> str:
+    """Start the export, SIGKILL its process group `delay_s` after its work folder shows it entered
+    `target`, and return the phase the kill landed in: the folder's phase once the group is dead, if
+    this run added a file (a run resumed from a phase starts there: without new files it did nothing),
+    else "none". Deterministic: the folder is read after the kill, when nothing changes it any more."""
+    before = work_files(out)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    while proc.poll() is None:
+        if PHASES.index(work_phase(out, episodes)) >= PHASES.index(target) and work_files(out) - before:
+            time.sleep(delay_s)
+            break
+        time.sleep(0.0005)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the run finished before the kill: its folder says "done"
+        pass
+    proc.wait()
+    return work_phase(out, episodes) if work_files(out) - before else "none"
+
+
+def phase_durations(cmd: list[str], env: dict[str, str], out: Path, episodes: int) -> dict[str, float]:
+    """Run the export to the end, returning how long its work folder showed each phase (seconds)."""
+    seen: dict[str, float] = {}
+    proc = subprocess.Popen(cmd, env=env)
+    last, since = "start", time.perf_counter()
+    while proc.poll() is None:
+        phase, now = work_phase(out, episodes), time.perf_counter()
+        if phase != last:
+            seen[last], last, since = now - since, phase, now
+        time.sleep(0.0005)
+    assert proc.returncode == 0
+    return seen
