@@ -14,25 +14,26 @@ WORK = ".robowds-work"
 PHASES = ("start", "map", "staged", "reduce", "manifest", "publish", "cleanup", "done")  # in the order a run passes them
 
 
-def work_phase(out: Path, episodes: int) -> str:
+def work_phase(out: Path, episodes: int, old_manifest: bytes | None = None) -> str:
     """The furthest phase an export into `out` has reached, read from what its work folder holds
     (export/job/run.py, export/output/publish.py): `map` = some episodes staged (`ep-N.rec`), not all; `staged` =
     all of them, no shard yet; `reduce` = shard records, temp shards or finished shards in `ready/`;
     `manifest` = the wids indexes / manifest written (or being written) into `ready/`, before the
     journal; `publish` = the journal `publish.json` (the commit point) exists, the manifest is not in
     OUT yet; `cleanup` = the manifest is in OUT, the work folder not yet removed; `done` = manifest in
-    OUT, no work folder."""
+    OUT, no work folder. With `old_manifest` (an --overwrite of an export whose manifest has these
+    bytes) only a manifest with other bytes counts as this run's."""
     work = out / WORK
     for _ in range(5):  # a folder listed while the run creates or removes it: read again
         try:
-            return _phase_once(out, work, episodes)
+            return _phase_once(out, work, episodes, old_manifest)
         except FileNotFoundError:
             continue
     return "start"
 
 
-def _phase_once(out: Path, work: Path, episodes: int) -> str:
-    if (out / "manifest.json").exists():
+def _phase_once(out: Path, work: Path, episodes: int, old_manifest: bytes | None) -> str:
+    if (out / "manifest.json").exists() and (old_manifest is None or (out / "manifest.json").read_bytes() != old_manifest):
         return "done" if not work.exists() else "cleanup"
     names = os.listdir(work)
     if "job.json" not in names:
@@ -56,7 +57,7 @@ def work_files(out: Path) -> set[str]:
 
 
 def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
-                    delay_s: float) -> str:
+                    delay_s: float, old_manifest: bytes | None = None) -> str:
     """Start the export, SIGKILL its process group `delay_s` after its work folder shows it entered
     `target`, and return the phase the kill landed in: the folder's phase once the group is dead, if
     this run added a file (a run resumed from a phase starts there: without new files it did nothing),
@@ -64,7 +65,7 @@ def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: in
     before = work_files(out)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     while proc.poll() is None:
-        if PHASES.index(work_phase(out, episodes)) >= PHASES.index(target) and work_files(out) - before:
+        if PHASES.index(work_phase(out, episodes, old_manifest)) >= PHASES.index(target) and work_files(out) - before:
             time.sleep(delay_s)
             break
         time.sleep(0.0005)
@@ -73,7 +74,7 @@ def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: in
     except ProcessLookupError:  # the run finished before the kill: its folder says "done"
         pass
     proc.wait()
-    return work_phase(out, episodes) if work_files(out) - before else "none"
+    return work_phase(out, episodes, old_manifest) if work_files(out) - before else "none"
 
 
 def phase_durations(cmd: list[str], env: dict[str, str], out: Path, episodes: int) -> dict[str, float]:

@@ -212,7 +212,7 @@ def test_sigkill_in_every_phase_and_resume_is_byte_identical(tmp_path: Path) -> 
     rng = random.Random(11)
     landed: list[str] = []
     chains = 0
-    while chains < 2 or (not _covered(landed) and chains < 8):  # a loaded machine can make a kill land late
+    while chains < 1 or (not _covered(landed) and chains < 6):  # a loaded machine can make a kill land late
         out = tmp_path / f"killed{chains}"
         chains += 1
         for target in ("map", "reduce", "manifest", "publish"):
@@ -232,11 +232,12 @@ def test_sigkill_in_every_phase_and_resume_is_byte_identical(tmp_path: Path) -> 
 
 
 def _covered(landed: list[str]) -> bool:
-    """Some kills in staging and in the reduce, and at least one after the shards while the manifest was
-    written or published. The publish alone lasts under a millisecond, too short to target on a loaded
-    machine (CI once saw 24 kills without one there); a kill before each of its renames and deletions is
-    tested deterministically (tests/test_export_overwrite.py: test_sigkill_before_each_change_to_out_then_rerun)."""
-    return (landed.count("map") >= 2 and landed.count("reduce") >= 2
+    """A kill in staging, one in the reduce, and one after the shards while the manifest was written or
+    published (tests/test_export_overwrite.py kills an --overwrite in each phase too). The publish
+    alone lasts under a millisecond, too short to target on a loaded machine (CI once saw 24 kills
+    without one there); a kill before each of its renames and deletions is tested deterministically
+    (tests/test_export_overwrite.py: test_sigkill_before_each_change_to_out_then_rerun)."""
+    return (landed.count("map") >= 1 and landed.count("reduce") >= 1
             and landed.count("manifest") + landed.count("publish") >= 1)
 
 

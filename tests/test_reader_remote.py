@@ -143,7 +143,9 @@ def test_server_ignoring_range_is_reported_as_such(s3: tuple[FaultProxy, dict[st
     spoil = proxy.fault_for  # the shards' ranged reads only: their indexes stay intact
     monkeypatch.setattr(proxy, "fault_for", lambda method, path, headers: None if ".idx" in path
                         else spoil(method, path, headers))
-    ds = ShardDataset(URL, "train", shuffle=False, remote=Remote(storage_options=options, retry=FAST))
+    # a whole object through the proxy takes longer than FAST's 1 s under load (CI once timed out 6 times)
+    patient = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05, timeout_s=20.0)
+    ds = ShardDataset(URL, "train", shuffle=False, remote=Remote(storage_options=options, retry=patient))
     start, stop = shard_offsets(exported, shard)[0], shard["bytes"] - 1024  # one request: all its samples
     with pytest.raises(ShardReadError) as info:
         next(iter(ds))
