@@ -96,7 +96,8 @@ def test_word_level_exact_ids_masks_and_pad_id() -> None:
     check(t({"task": "pick up the green cube"}), [2, 3, 4, 1, 6, 0], [True] * 5 + [False])  # [UNK]
     check(t({"task": ""}), [0] * 6, [False] * 6)  # what a Mixture fills a missing text with
     check(t({"task": "pick up".encode()}), [2, 3, 0, 0, 0, 0], [True] * 2 + [False] * 4)  # UTF-8 bytes
-    check(Tokenize(word_level(), max_length=4, pad_id=-1)({"task": "the bowl"}), [4, 11, -1, -1], [True] * 2 + [False] * 2)
+    check(Tokenize(word_level(), max_length=4, pad_id=-1)({"task": "the bowl"}), [4, 11, -1, -1],
+          [True] * 2 + [False] * 2)
     tokens, mask = t.tokenize("place it")
     assert tokens.tolist() == [8, 9, 0, 0, 0, 0] and mask.tolist() == [True] * 2 + [False] * 4
     tokens[0] = 99  # a fresh array: the cached entry is not touched
@@ -231,7 +232,8 @@ def test_batch_gives_b_by_l_tensors_and_samples_collate_to_the_same() -> None:
 def test_import_costs_nothing() -> None:
     """Importing the module (and using it on samples) loads neither torch nor tokenizers."""
     code = ("import sys; from robowds.reader.transforms import Tokenize; "
-            "s = Tokenize(lambda t: [len(t)], max_length=2)({'task': 'abc'}); assert s['task_tokens'].tolist() == [3, 0]; "
+            "s = Tokenize(lambda t: [len(t)], max_length=2)({'task': 'abc'}); "
+            "assert s['task_tokens'].tolist() == [3, 0] and s['task_tokens_mask'].tolist() == [True, False]; "
             "print(sorted(m for m in ('torch', 'tokenizers', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

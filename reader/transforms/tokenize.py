@@ -69,8 +69,9 @@ class Tokenize:
 
     Tokens are cached per distinct text in each process (a window's text repeats across all windows
     of its episode): up to `cache_size` texts (0: no cache), then the cache is emptied and refills.
-    An entry is about 8 * max_length + 300 bytes, so the default bound holds ~ 40 MB at max_length=64
-    in the worst case of 65,536 distinct texts per worker. The cache is never pickled: each DataLoader
+    An entry is about 9 * max_length + 350 bytes plus the text (measured: 800 bytes at max_length=64
+    with 20 ids), so the default bound holds ~ 55 MB per worker in the worst case of 65,536 distinct
+    texts at max_length=64; a cached sample costs two [L] copies. The cache is never pickled: each DataLoader
     worker starts with an empty one. A `tokenizers.Tokenizer` pickles itself (as its JSON), so the
     transform works in spawned workers; a plain callable must be picklable too (a module-level
     function or an object, not a lambda) when the DataLoader spawns its workers.
@@ -97,7 +98,7 @@ class Tokenize:
         self.truncation = truncation
         self.cache_size = _checked_int("cache_size", cache_size, 0)
         self.tokens_key, self.mask_key = f"{field}_tokens", f"{field}_tokens_mask"
-        self._cache: dict[str, tuple[np.ndarray, int]] = {}  # text -> (read-only tokens [L], real count)
+        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # text -> read-only (tokens [L], mask [L])
 
     def __repr__(self) -> str:
         return (f"Tokenize({type(self.tokenizer).__name__} ({self.kind}), field={self.field!r}, "
@@ -109,17 +110,16 @@ class Tokenize:
     def tokenize(self, text: str | bytes) -> tuple[np.ndarray, np.ndarray]:
         """One text's (tokens int64 `[L]`, mask bool `[L]`), fresh arrays (e.g. for an instruction at
         inference, tokenised exactly as in training)."""
-        tokens, count = self._entry(self._text(text, "the text"))
-        return tokens.copy(), np.arange(self.max_length) < count
+        tokens, mask = self._entry(self._text(text, "the text"))
+        return tokens.copy(), mask.copy()
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator | None = None) -> dict[str, Any]:
         """The sample with `<field>_tokens` and `<field>_tokens_mask` added (a new dict; `rng` unused)."""
         where = f"sample {sample.get('__key__', '<without __key__>')!r}"
         if self.field not in sample:
             raise self._missing(sample, where)
-        tokens, count = self._entry(self._text(sample[self.field], where))
-        return {**sample, self.tokens_key: tokens.copy(),  # [L] int64
-                self.mask_key: np.arange(self.max_length) < count}  # [L] bool
+        tokens, mask = self._entry(self._text(sample[self.field], where))
+        return {**sample, self.tokens_key: tokens.copy(), self.mask_key: mask.copy()}  # [L] int64, [L] bool
 
     def batch(self, batch: dict[str, Any], generator: Any = None, device: Any = None) -> dict[str, Any]:
         """A collated batch (its text field a list of B texts, as `collate` leaves text) with
@@ -134,10 +134,9 @@ class Tokenize:
             raise TypeError(f"Tokenize.batch: the batch's {self.field!r} must be a list of texts (as collate "
                             f"leaves a text field), got {type(texts).__name__}")
         tokens = np.empty((len(texts), self.max_length), np.int64)  # [B, L]
-        counts = np.empty(len(texts), np.int64)  # [B]
+        mask = np.empty((len(texts), self.max_length), np.bool_)  # [B, L]
         for row, text in enumerate(texts):
-            tokens[row], counts[row] = self._entry(self._text(text, f"item {row} of the batch"))
-        mask = np.arange(self.max_length)[None, :] < counts[:, None]  # [B, L]
+            tokens[row], mask[row] = self._entry(self._text(text, f"item {row} of the batch"))
         out_tokens, out_mask = torch.from_numpy(tokens), torch.from_numpy(mask)
         if device is not None:
             out_tokens, out_mask = out_tokens.to(device), out_mask.to(device)
@@ -160,15 +159,16 @@ class Tokenize:
         raise TypeError(f"Tokenize: {where}: field {self.field!r} must be text (str or UTF-8 bytes), got "
                         f"{type(value).__name__}; name the instruction's field with field=NAME")
 
-    def _entry(self, text: str) -> tuple[np.ndarray, int]:
-        """(read-only tokens [L], count of real tokens) for `text`, from the cache when it is there."""
+    def _entry(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only (tokens int64 [L], mask bool [L]) for `text`, from the cache when it is there."""
         entry = self._cache.get(text)
         if entry is None:
             ids = self._ids(text)[:self.max_length]  # truncation="right": the first max_length ids
             tokens = np.full(self.max_length, self.pad_id, np.int64)  # [L]
             tokens[:len(ids)] = ids
-            tokens.flags.writeable = False  # shared by every sample with this text: handed out as copies
-            entry = (tokens, len(ids))
+            mask = np.arange(self.max_length) < len(ids)  # [L]
+            tokens.flags.writeable = mask.flags.writeable = False  # shared by this text's samples: handed out as copies
+            entry = (tokens, mask)
             if self.cache_size:
                 if len(self._cache) >= self.cache_size:
                     self._cache.clear()  # bounded: start again rather than grow with every new text
