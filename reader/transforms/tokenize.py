@@ -71,8 +71,8 @@ class Tokenize:
     of its episode): up to `cache_size` texts (0: no cache), then the cache is emptied and refills.
     An entry is about 9 * max_length + 350 bytes plus the text (measured: 800 bytes at max_length=64
     with 20 ids), so the default bound holds ~ 55 MB per worker in the worst case of 65,536 distinct
-    texts at max_length=64; a cached sample costs two [L] copies. The cache is never pickled: each DataLoader
-    worker starts with an empty one. A `tokenizers.Tokenizer` pickles itself (as its JSON), so the
+    texts at max_length=64; a cached sample costs two [L] copies. The cache is never pickled: each
+    DataLoader worker starts with an empty one. A `tokenizers.Tokenizer` pickles itself (as its JSON), so the
     transform works in spawned workers; a plain callable must be picklable too (a module-level
     function or an object, not a lambda) when the DataLoader spawns its workers.
     """
@@ -167,7 +167,7 @@ class Tokenize:
             tokens = np.full(self.max_length, self.pad_id, np.int64)  # [L]
             tokens[:len(ids)] = ids
             mask = np.arange(self.max_length) < len(ids)  # [L]
-            tokens.flags.writeable = mask.flags.writeable = False  # shared by this text's samples: handed out as copies
+            tokens.flags.writeable = mask.flags.writeable = False  # shared by the text's samples: copied out
             entry = (tokens, mask)
             if self.cache_size:
                 if len(self._cache) >= self.cache_size:
