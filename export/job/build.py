@@ -16,6 +16,7 @@ from robowds.export.core.extent import ExtentError, episode_extent
 from robowds.export.core.plausible import (MAX_EPISODE_S, DiskSpaceError, Implausible, extent_problem, period_problem,
                                            size_problem, space_problem)
 from robowds.export.core.precision import float32_loss
+from robowds.export.core.relative import RelativeSpec, relative_stats
 from robowds.export.core.resample import Stream, StreamError, clean_stream, resample
 from robowds.export.core.stats import FieldStats, StatsError, merge_all
 from robowds.export.core.windows import (StreamWindow, anchor_frames, grid_frame_count, pad_invalid, query_times,
@@ -59,6 +60,7 @@ class BuildSpec:
     dtypes: dict[str, str] = field(default_factory=dict)  # time-series field -> `streams.<field>.dtype` override
     widths: dict[str, int] = field(default_factory=dict)  # time-series field -> N, for episodes that lack it
     layout: str = "members"  # shard.layout: members | npz (every .npy member packed into arrays.npz)
+    relative: tuple[RelativeSpec, ...] = ()  # `stats.relative`: relative-action statistics entries
 
 
 @dataclass
@@ -182,7 +184,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                   masked_steps={n: 0 for n in [*streams, *missing, *cameras]},
                   steps={n: 0 for n in [*streams, *missing, *cameras]},
                   float32_loss=_float32_losses(streams, spec), missing_streams=missing)
-    partial: dict[str, list[FieldStats | None]] = {n: [] for n in streams}
+    partial: dict[str, list[FieldStats | None]] = {n: [] for n in [*streams, *(r.key for r in spec.relative)]}
     for name, camera in cameras.items():
         declared = data.videos[name].get("fps")
         report.setdefault("video", {})[name] = {"bytes": 0, "frames": 0, "sq_error": 0.0, "sq_count": 0,
@@ -190,6 +192,7 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                                                 camera.info.measured_fps,
                                                 "declared_fps": float(declared) if declared else None}
     chunk_size = VIDEO_CHUNK_ANCHORS if cameras else CHUNK_ANCHORS
+    relative_fields = {f for r in spec.relative for f in (r.action, r.state)}  # their float64 values kept a chunk
     steps_per_window = sum(w.steps for n, w in spec.windows.items() if n in streams or n in missing)
     steps_per_window += sum(spec.videos[n][0].steps for n in cameras)
     chunk_size = max(1, min(chunk_size, CHUNK_QUERIES // max(1, steps_per_window)))
@@ -224,8 +227,11 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             picks[name], masks[name] = kept(picks[name]), kept(masks[name])
             report["masked_steps"][name] += int((~masks[name]).sum())
             report["steps"][name] += int(masks[name].size)
+        resampled = {}  # field -> (values [W, n, N] before padding and the output cast, mask [W, n])
         for name in streams:
             vals, mask = kept(values[name]), kept(masks[name])
+            if name in relative_fields:
+                resampled[name] = (vals, mask)
             try:
                 partial[name].append(FieldStats.of(vals[mask]))
             except StatsError as exc:
@@ -235,6 +241,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
             report["steps"][name] += int(mask.size)
             values[name] = pad_invalid(vals, mask, spec.windows[name].pad).astype(output_dtype(spec, name))
             masks[name] = mask
+        for key, part in relative_stats(data.episode_id, spec.relative, resampled).items():
+            partial[key].append(part)
         for name in missing:
             values[name], masks[name] = kept(values[name]), kept(masks[name])
             report["masked_steps"][name] += int(masks[name].size)

@@ -95,6 +95,8 @@ def load_config(path: Path | None, overrides: Sequence[str | tuple[str, str]] = 
     check(config, lambda key: _origin(origins, key))
     if config["shard"].get("layout") == OPTIONAL_KEYS["shard.layout"]:
         config["shard"].pop("layout")  # the default: the same config (and job id) as leaving it out
+    if "stats" in config and not config["stats"].get("relative"):
+        config.pop("stats")  # no extra statistics: the config (and job id) it was before `stats` existed
     _as_floats(config)
     return config
 
@@ -130,9 +132,9 @@ def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, origins: di
     Each value set is recorded in `origins` (its dotted key -> `where`), replacing what it overwrites."""
     for key, value in new.items():
         full = f"{path}{key}"
-        open_mapping = path.startswith("streams.") or path == "splits."
+        open_mapping = path.startswith(("streams.", "stats.relative.")) or path == "splits."
         if key not in base and not open_mapping and full not in OPTIONAL_KEYS:
-            optional = [k.rpartition(".")[2] for k in OPTIONAL_KEYS if k.rpartition(".")[0] + "." == path]
+            optional = [k.rpartition(".")[2] for k in OPTIONAL_KEYS if k.rpartition(".")[0] == path[:-1]]
             known = sorted([*base, *optional])
             close = difflib.get_close_matches(str(key), known, n=1)
             raise UserError(f"unknown config key {full!r} in {where}",

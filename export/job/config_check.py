@@ -17,13 +17,15 @@ from typing import Any, Callable
 from robowds.export.core import shard_plan
 from robowds.export.core.resample import METHODS
 from robowds.export.errors import UserError, config_error
+from robowds.export.job.stats_config import check_stats
 from robowds.export.media.images import IMAGE_ENCODINGS
 from robowds.export.media.video_windows import ENCODINGS as VIDEO_ENCODINGS
 from robowds.reader.npz import LAYOUTS
 
 # keys that may be set but are not in DEFAULTS, with their default: an export that leaves one at its default
 # resolves to the config it had before the key existed (same manifest bytes, same job id)
-OPTIONAL_KEYS: dict[str, Any] = {"shard.layout": "members"}  # members | npz: reader/npz.py, docs/export-config.md
+OPTIONAL_KEYS: dict[str, Any] = {"shard.layout": "members",  # members | npz: reader/npz.py, docs/export-config.md
+                                 "stats": {}, "stats.relative": {}}  # extra statistics: job/stats_config.py
 PADS = ("zero", "edge")
 SELECTIONS = ("nearest", "causal")
 FLOAT_DTYPES = ("float32", "float64")  # float_dtype and streams.<field>.dtype (a time series's output dtype)
@@ -137,6 +139,9 @@ def check(config: dict[str, Any], origin: Origin) -> None:
     for key, rule in MAPPING_RULES.items():  # first: the loops below read them
         rule.check(key, config[key], origin)
     for key, value in config.items():  # a key of DEFAULTS without a rule is a KeyError: every export fails
+        if key == "stats":  # optional (OPTIONAL_KEYS): its own checks
+            check_stats(value, origin)
+            continue
         (MAPPING_RULES.get(key) or TOP_RULES[key]).check(key, value, origin)
     for name, stream in {"window": config["window"], **config["streams"]}.items():
         where = "window" if name == "window" else f"streams.{name}"

@@ -143,7 +143,8 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
     folded = split_stats.result()
     for split in sorted(folded):
         for name, merged in folded[split].items():
-            fields[name]["shape"][1] = merged.dims
+            if name in job.build.windows:  # not a `<action>.relative` entry
+                fields[name]["shape"][1] = merged.dims
     split_names = sorted({r["split"] for r in good} | {k for k, v in resolved["splits"].items()})
     splits: dict[str, Any] = {}
     stats: dict[str, Any] = {}
@@ -155,6 +156,9 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
                          "shards": listed, **({"layout": job.build.layout} if job.build.layout != "members" else {})}
         stats[split] = {name: folded[split][name].summary() for name in job.build.windows
                         if name in folded.get(split, {})}
+        for rel in job.build.relative:  # `stats.relative`: own entries, the same keys + what they are relative to
+            if rel.key in folded.get(split, {}):
+                stats[split][rel.key] = {**folded[split][rel.key].summary(), "relative_to": rel.relative_to()}
     version = FORMAT_VERSION if job.build.layout == "members" else LAYOUT_VERSION  # older readers refuse npz
     return {"format": FORMAT, "format_version": version, "tool_version": __version__, "job_id": job_id,
             "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,

@@ -16,6 +16,7 @@ from typing import Any
 from robowds.export.core.shard_plan import assign_splits, key_prefixes
 from robowds.export.errors import UserError
 from robowds.export.job.build import BuildSpec
+from robowds.export.job.stats_config import resolve_relative, resolved_stats
 from robowds.export.job.config import (check_bool_interpolation, check_field_keys, image_options, shard_layout,
                                        stream_dtype, stream_window, video_options)
 from robowds.export.store.episodes import series_widths
@@ -98,6 +99,10 @@ def resolve(store: Path | StoreLocation, config: dict[str, Any]) -> tuple[JobSpe
                       videos=videos, images=images,
                       clock=schema.clock, max_episode_s=float(config["max_episode_s"]), layout=shard_layout(config),
                       clock_interpolation=schema.fields[schema.clock].interpolation or "linear" if schema.clock else "linear")
+    relative = resolve_relative(config, schema, build)
+    if relative:  # recorded only where set: exports without it keep their manifest bytes and job id
+        build = replace(build, relative=relative)
+        resolved["stats"] = resolved_stats(relative)
     declared = _declared_splits(schema)
     splits = assign_splits(schema.episode_ids, config["splits"], int(config["seed"]), declared)
     job = JobSpec(schema=schema, build=build, fields=tuple(fields), work="", prefixes=key_prefixes(schema.episode_ids),
