@@ -108,7 +108,7 @@ def resolve_relative(config: dict[str, Any], schema: "StoreSchema", build: "Buil
         dims = list(entry["dims"]) if entry.get("dims") is not None else None
         state_dims = list(entry["state_dims"]) if entry.get("state_dims") is not None else None
         if dims is None and state_dims is None and width != state_width:
-            raise UserError(f"config {key}: {action!r} has {width} dimensions but {state!r} has {state_width}: "
+            raise UserError(f"config {key}: {action!r} has {width} dimensions but {state!r} has {state_width}, "
                             "so the dimensions cannot be paired one to one",
                             hint=f"name the dimensions that correspond, e.g. {key}: {{state: {state}, dims: "
                                  f"{list(range(min(width, state_width)))}}}")
