@@ -10,7 +10,9 @@ export, read by the reader and by verify.
                      "offset_s"?, "pad"?, "interpolation"?, "names"?, "units"?, "encoding"?}},
   "splits": {split: {"episodes": [...], "samples": int, "bytes": int, "layout"?: "npz",
                      "shards": [{"path", "samples", "bytes", "sha256", "index_sha256"}]}},
-  "stats": {split: {field: {"count", "mean", "std", "min", "max", "q01", "q99"}}},
+  "stats": {split: {field: {"count", "mean", "std", "min", "max", "q01", "q99"},
+                    "<action>.relative"?: {...the same keys..., "relative_to": {"state", "dims", "state_dims",
+                                                                               "anchor"}}}},
   "report": {...}
 }
 ```

@@ -173,6 +173,17 @@ def test_config_errors(store: Path, tmp_path: Path, options: list[str], message:
     assert not (tmp_path / "out").exists()
 
 
+def test_set_refines_the_short_form(tmp_path: Path) -> None:
+    from robowds.export.job.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("stats: {relative: {actions: joints}}\n")
+    config = load_config(path, ["stats.relative.actions.dims=[0, 1]"])
+    assert config["stats"] == {"relative": {"actions": {"state": "joints", "dims": [0, 1]}}}
+    assert load_config(None, ["stats.relative.actions=joints"])["stats"] == {"relative": {"actions": "joints"}}
+    assert "stats" not in load_config(None, ["stats.relative={}"])
+
+
 # ------------------------------------------------------------------------------------------ reader side
 def test_transform_from_stats_on_real_samples(exported: Path, samples: list[dict[str, Any]]) -> None:
     stats = manifest_of(exported)["stats"]["train"]

@@ -140,6 +140,8 @@ def _merge(base: dict[str, Any], new: Mapping[str, Any], where: str, origins: di
             raise UserError(f"unknown config key {full!r} in {where}",
                             hint=(f"did you mean {path}{close[0]}? " if close else "")
                             + f"known keys here: {', '.join(known)}")
+        if path == "stats.relative." and isinstance(value, dict) and isinstance(base.get(key), str):
+            base[key] = {"state": base[key]}  # the short form `actions: joints`, refined by --set ...dims=
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             _merge(base[key], value, where, origins, full + ".")
         else:
