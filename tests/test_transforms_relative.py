@@ -173,6 +173,25 @@ def test_config_errors(store: Path, tmp_path: Path, options: list[str], message:
     assert not (tmp_path / "out").exists()
 
 
+def test_episode_without_the_state_counts_nothing_and_a_narrower_one_is_an_episode_error() -> None:
+    from robowds.export.core.relative import RelativeSpec, relative_stats
+    from robowds.export.errors import EpisodeError
+
+    spec = RelativeSpec("a", "s", dims=(0, 2), state_dims=(1, 0), anchor=1, key="a.relative")
+    action, state = np.arange(24.0).reshape(2, 3, 4), np.arange(12.0).reshape(2, 3, 2) * 10  # [W, n, N]
+    mask = np.array([[True, False, True], [True, True, True]])  # [W, n]
+    state_mask = np.array([[True, True, False], [False, False, True]])  # [W, m]: window 1's anchor is padding
+    got = relative_stats("ep", (spec,), {"a": (action, mask), "s": (state, state_mask)})["a.relative"]
+    want = action[0][[0, 2]].copy()  # window 0's real steps
+    want[:, [0, 2]] -= state[0, 1, [1, 0]]
+    assert got.count == 2 and got.min.tolist() == want.min(axis=0).tolist()
+    assert got.max.tolist() == want.max(axis=0).tolist() == [-22.0, 9.0, -10.0, 11.0]
+    assert relative_stats("ep", (spec,), {"a": (action, mask)}) == {}  # the episode did not record the state
+    with pytest.raises(EpisodeError, match=r"has 1 dimensions in this episode, but stats.relative.a takes its "
+                                           r"dimension 1"):
+        relative_stats("ep", (spec,), {"a": (action, mask), "s": (state[:, :, :1], state_mask)})
+
+
 def test_set_refines_the_short_form(tmp_path: Path) -> None:
     from robowds.export.job.config import load_config
 
