@@ -27,9 +27,10 @@ IMPORT_LINES = sorted({m.strip() for block in PYTHON_BLOCKS
 FROM_NAMES = {n.strip() for line in IMPORT_LINES if line.startswith("from robowds.reader import")
               for n in line.split(" import ", 1)[1].split(",")}
 SUBMODULES = sorted(p.stem for p in (ROOT / "reader").glob("*.py") if p.stem != "__init__")
+PACKAGES = {p.parent.name for p in (ROOT / "reader").glob("*/__init__.py")}  # robowds.reader.transforms
 # `robowds.reader.X` anywhere in the README (code blocks and prose), but not file paths like reader/collate.py
-# nor module paths like robowds.reader.interop (their import lines run verbatim below)
-ATTRIBUTE_NAMES = set(re.findall(r"\brobowds\.reader\.([A-Za-z_]\w*)\b(?!\.py|/)", README)) - set(SUBMODULES)
+# nor module or sub-package paths like robowds.reader.interop (their import lines run verbatim below)
+ATTRIBUTE_NAMES = set(re.findall(r"\brobowds\.reader\.([A-Za-z_]\w*)\b(?!\.py|/)", README)) - set(SUBMODULES) - PACKAGES
 EXPLICIT = {"ShardDataset", "ShardLoader", "collate", "Collate"}  # issue 9 item 7
 NAMES = sorted(FROM_NAMES | ATTRIBUTE_NAMES | EXPLICIT)
 
