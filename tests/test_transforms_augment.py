@@ -157,7 +157,8 @@ TRANSFORMS = [RandomResizedCrop((20, 24), scale=(0.1, 1.0)), RandomResizedCrop(1
 def test_the_torch_batch_path_equals_the_worker_path(t: Any) -> None:
     """`t.batch` on [B, T, H, W, 3] (and [B, T, 3, H, W] with layout='TCHW') draws element b's
     parameters from `generator` as the worker path would from numpy_rng(generator), and applies them
-    with PIL's filter: the same bytes (ColorJitter: float32 in both, within one grey level)."""
+    with the same CPU kernels: the same bytes (ColorJitter: PIL's float32 maths in workers, torch's in
+    batches, within one grey level)."""
     frames = np.random.default_rng(3).integers(0, 256, (5, 2, H, W, 3), dtype=np.uint8)  # [B, T, H, W, 3]
     out = t.batch({"cam": torch.from_numpy(frames), "k": ["a"] * 5}, torch.Generator().manual_seed(9))["cam"]
     rng = numpy_rng(torch.Generator().manual_seed(9))

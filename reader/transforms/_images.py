@@ -2,7 +2,7 @@
 window (optionally one for all cameras of a sample), and the two protocols over one pair of methods.
 
 A camera transform only says how to draw its parameters (`draw_params(rng, height, width)`, pure numpy,
-so tests can check the draws' distribution) and how to apply them to one window in numpy
+so tests can check the draws' distribution) and how to apply them to one window of numpy frames
 (`apply(frames [T, H, W, 3] uint8, params)`) and to a batch in torch (`apply_batch(frames [B, T, H, W, 3]
 uint8, params: one per element)`). `CameraTransform` does the rest: it finds the fields, brings them to
 channel-last, draws once per window (the same numbers for every camera with `shared=True`) and puts

@@ -1,5 +1,5 @@
 """`ColorJitter`: brightness, contrast, saturation and hue, one draw of the four factors per window,
-applied as one affine map of RGB per frame (numpy in workers, batched torch on any device).
+applied as one affine map of RGB per frame (PIL on numpy frames in workers, batched torch on any device).
 
 The colour maths (in float, on 0..255 values, rounded and clipped to uint8 once at the end):
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from robowds.reader.transforms._images import CameraTransform
-from robowds.reader.transforms._resample import box_taps, resample, resample_batch, shift, shift_batch
+from robowds.reader.transforms._resample import resized_crop, resized_crop_batch, shift, shift_batch
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,15 @@ class _BoxTransform(CameraTransform):
     """A transform that resamples a box of each frame to a size: the shared apply methods."""
 
     def apply(self, frames: np.ndarray, params: CropBox) -> np.ndarray:
-        return resample(frames, params.box, params.size)
+        return resized_crop(frames, params.box, params.size)
 
     def apply_batch(self, frames: Any, params: list[CropBox]) -> Any:
-        image = tuple(frames.shape[2:4])
-        taps = [box_taps(p.box, p.size, image) for p in params]
-        return resample_batch(frames, [t[0] for t in taps], [t[1] for t in taps])
+        return resized_crop_batch(frames, [p.box for p in params], params[0].size)
 
 
 class RandomResizedCrop(_BoxTransform):
     """A random box of area fraction ~ Uniform(scale) and aspect ratio (w / h) ~ exp(Uniform(log ratio)),
-    resized to `size` (bilinear, antialiased: PIL's filter, reader/transforms/_resample.py).
+    cut out and resized to `size` (bilinear, antialiased: reader/transforms/_resample.py).
 
     The draw is the Inception-style one torchvision documents: up to 10 tries of (area, ratio) rounded
     to whole pixels, the first box that fits placed uniformly; if none fits, a centre crop of the whole
@@ -146,4 +144,4 @@ class RandomShift(CameraTransform):
         return shift(frames, params.dy, params.dx)
 
     def apply_batch(self, frames: Any, params: list[Shift]) -> Any:
-        return shift_batch(frames, np.array([(p.dy, p.dx) for p in params], np.int64).reshape(-1, 2))
+        return shift_batch(frames, [(p.dy, p.dx) for p in params])
