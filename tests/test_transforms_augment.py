@@ -190,9 +190,11 @@ def test_compose_and_random_choice_in_both_protocols() -> None:
     assert np.array_equal(always_second({"cam": frames}, np.random.default_rng(1))["cam"],
                           crop({"cam": frames}, _after_choice(np.random.default_rng(1)))["cam"])
     pick = RandomChoice([Resize((16, 16)), RandomResizedCrop(16)])
-    eight = {"cam": torch.from_numpy(np.stack([frames] * 8)), "__key__": list("abcdefgh")}
+    eight = {"cam": torch.from_numpy(np.stack([frames] * 8)), "__key__": list("abcdefgh"),
+             "meta": {"t": torch.arange(8.0), "episode_id": list("ABCDEFGH")}}  # as default_collate makes it
     first, again = (pick.batch(eight, torch.Generator().manual_seed(5)) for _ in range(2))
     assert torch.equal(first["cam"], again["cam"]) and first["__key__"] == eight["__key__"]
+    assert torch.equal(first["meta"]["t"], torch.arange(8.0)) and first["meta"]["episode_id"] == list("ABCDEFGH")
     resized = Resize((16, 16))({"cam": frames}, np.random.default_rng(0))["cam"]
     chosen = [torch.equal(first["cam"][i], torch.from_numpy(resized)) for i in range(8)]
     assert 0 < sum(chosen) < 8  # both transforms were drawn, each element got its own

@@ -48,15 +48,18 @@ class Compose:
 
 
 def _take(value: Any, index: Any, count: int) -> Any:
-    """Rows `index` of a batch value: a tensor [B, ...] or a list of B items."""
+    """Rows `index` of a batch value: a tensor [B, ...], a list of B items, or a dict of such (what
+    torch's default_collate makes of a dict field)."""
     import torch
 
     if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == count:
         return value[index.to(value.device)]
     if isinstance(value, (list, tuple)) and len(value) == count:
         return [value[i] for i in index.tolist()]
-    raise TypeError(f"RandomChoice.batch needs every batch value to be a tensor [B, ...] or a list of B "
-                    f"items (B = {count}), got {type(value).__name__}")
+    if isinstance(value, dict):
+        return {k: _take(v, index, count) for k, v in value.items()}
+    raise TypeError(f"RandomChoice.batch needs every batch value to be a tensor [B, ...], a list of B items "
+                    f"or a dict of them (B = {count}), got {type(value).__name__}")
 
 
 class RandomChoice:
@@ -96,25 +99,28 @@ class RandomChoice:
 
 def _scatter(parts: list[tuple[Any, dict[str, Any]]], count: int) -> dict[str, Any]:
     """The sub-batches put back at their elements' places."""
+    return {key: _merge(key, [(index, sub.get(key)) for index, sub in parts], count) for key in parts[0][1]}
+
+
+def _merge(key: str, pieces: list[tuple[Any, Any]], count: int) -> Any:
+    """One field's pieces (element indices, value for them) as one batch value of `count` elements."""
     import torch
 
-    first = parts[0][1]
-    out: dict[str, Any] = {}
-    for key, value in first.items():
-        pieces = [(index, sub.get(key)) for index, sub in parts]
-        if isinstance(value, torch.Tensor):
-            shapes = {tuple(p.shape[1:]) for _, p in pieces if isinstance(p, torch.Tensor)}
-            if len(shapes) != 1 or any(not isinstance(p, torch.Tensor) for _, p in pieces):
-                raise ValueError(f"RandomChoice: the transforms give field {key!r} different shapes "
-                                 f"{sorted(shapes)}: make them agree (e.g. end each with the same Resize)")
-            merged = value.new_empty((count, *value.shape[1:]))
-            for index, piece in pieces:
-                merged[index.to(merged.device)] = piece
-            out[key] = merged
-        else:
-            items: list[Any] = [None] * count
-            for index, piece in pieces:
-                for i, item in zip(index.tolist(), piece):
-                    items[i] = item
-            out[key] = items
-    return out
+    value = pieces[0][1]
+    if isinstance(value, dict):
+        return {k: _merge(f"{key}.{k}", [(i, p.get(k) if isinstance(p, dict) else None) for i, p in pieces], count)
+                for k in value}
+    if isinstance(value, torch.Tensor):
+        shapes = {tuple(p.shape[1:]) for _, p in pieces if isinstance(p, torch.Tensor)}
+        if len(shapes) != 1 or any(not isinstance(p, torch.Tensor) for _, p in pieces):
+            raise ValueError(f"RandomChoice: the transforms give field {key!r} different shapes "
+                             f"{sorted(shapes)}: make them agree (e.g. end each with the same Resize)")
+        merged = value.new_empty((count, *value.shape[1:]))
+        for index, piece in pieces:
+            merged[index.to(merged.device)] = piece
+        return merged
+    items: list[Any] = [None] * count
+    for index, piece in pieces:
+        for i, item in zip(index.tolist(), piece):
+            items[i] = item
+    return items
