@@ -84,10 +84,13 @@ def _args(t: Any) -> dict[str, Any]:
     return {k: getattr(t, k) for k in ("brightness", "contrast", "saturation", "hue")}
 
 
+@pytest.mark.filterwarnings("error")  # no warning about read-only arrays
 def test_fields_layouts_and_images() -> None:
     """cameras=None: every uint8 [T, H, W, 3] window, not images, masks or state; TCHW windows give the
-    THWC result transposed; a named [H, W, 3] image is a window of one frame; a wrong name is refused."""
+    THWC result transposed; a named [H, W, 3] image is a window of one frame; a wrong name is refused;
+    read-only frames (a mapped shard's) are fine."""
     frames = window(2)
+    frames.setflags(write=False)  # as a sample's arrays from a mapped shard are
     sample = {"cam": frames, "cam_mask": np.ones(2, bool), "overview": frames[0].copy(),
               "depth": np.zeros((2, H, W, 1), np.uint8), "joints": np.zeros((2, 7), np.float32)}
     t = RandomResizedCrop(8)

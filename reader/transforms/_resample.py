@@ -45,7 +45,9 @@ def resized_crop(frames: np.ndarray, box: tuple[int, int, int, int], size: tuple
     import torch
 
     top, left, height, width = box
-    crop = torch.from_numpy(frames[:, top:top + height, left:left + width])  # a view
+    # a channels-last copy of the box: what the kernel wants, and writable (a sample's arrays may be
+    # read-only views of the mapped shard, which torch.from_numpy warns about)
+    crop = torch.from_numpy(np.array(frames[:, top:top + height, left:left + width], order="C"))
     return np.ascontiguousarray(_resize(crop, size).numpy())
 
 
