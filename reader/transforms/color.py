@@ -32,6 +32,7 @@ RGB_TO_YIQ = np.array([[0.299, 0.587, 0.114],  # Y: luma
                        [0.211, -0.523, 0.312]])  # Q   (NTSC 1953)
 YIQ_TO_RGB = np.linalg.inv(RGB_TO_YIQ)
 LUMA = RGB_TO_YIQ[0].astype(np.float32)  # [3]
+LUMA_OFFSET = YIQ_TO_RGB[:, 0].astype(np.float32)  # [3] the RGB change of +1 luma: (1, 1, 1) to float precision
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class ColorJitter(CameraTransform):
             if beta != 0.0:
                 counts = np.asarray(image.histogram(), np.float64).reshape(3, 256)  # [3, 256]
                 mean = float(LUMA.astype(np.float64) @ (counts @ np.arange(256.0))) / (frame.shape[0] * frame.shape[1])
-            offset = beta * mean * YIQ_TO_RGB[:, 0]  # [3]
+            offset = beta * mean * LUMA_OFFSET  # [3]
             out.append(np.asarray(image.convert("RGB", tuple(np.column_stack([a, offset]).ravel()))))
         return np.stack(out)
 
@@ -112,5 +113,5 @@ class ColorJitter(CameraTransform):
         x = frames.float()  # [B, T, H, W, 3]
         out = torch.einsum("bthwc,bdc->bthwd", x, a)
         mean = x.mean(dim=(2, 3)) @ torch.from_numpy(LUMA).to(frames.device)  # [B, T]
-        out += (beta[:, None] * mean)[:, :, None, None, None] * torch.from_numpy(YIQ_TO_RGB[:, 0]).float().to(out.device)
+        out += (beta[:, None] * mean)[:, :, None, None, None] * torch.from_numpy(LUMA_OFFSET).to(out.device)
         return out.add_(0.5).floor_().clamp_(0, 255).to(torch.uint8)  # rounded half up, as PIL
