@@ -102,6 +102,13 @@ def test_fields_layouts_and_images() -> None:
     assert np.array_equal(tchw["cam"], out["cam"].transpose(0, 3, 1, 2))
     named = RandomResizedCrop(8, cameras=["overview"])(sample, np.random.default_rng(0))
     assert np.array_equal(named["overview"], out["cam"][0]) and named["cam"] is frames  # the same first draw
+    images = torch.from_numpy(np.stack([frames[0], frames[1]]))  # [B, H, W, 3]: named, a window of one frame
+    batch = RandomResizedCrop(8, cameras=["overview"]).batch({"overview": images}, torch.Generator().manual_seed(1))
+    rng = numpy_rng(torch.Generator().manual_seed(1))
+    crop = RandomResizedCrop(8)
+    assert batch["overview"].shape == (2, 8, 8, 3) and all(
+        np.array_equal(batch["overview"][b].numpy(), crop.apply(frames[b:b + 1], crop.draw_params(rng, H, W))[0])
+        for b in range(2))
     with pytest.raises(ValueError, match=r"camera field 'joints' is float32 \(2, 7\), not a uint8 window"):
         RandomShift(2, cameras=["joints"])(sample, np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"camera field 'wrist' is not in the sample"):

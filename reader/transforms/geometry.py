@@ -1,8 +1,9 @@
 """Geometric camera augmentation: `RandomResizedCrop`, `RandomShift` and `Resize`, one draw per window
-(every frame of a window gets the same box), in numpy for workers and batched torch for any device.
+(every frame of a window gets the same box), on numpy frames in workers and on batched torch tensors
+on any device.
 
 Each is a `CameraTransform` (reader/transforms/_images.py: which fields, layouts, `shared`, the two
-protocols); the resampling is reader/transforms/_resample.py's bilinear filter.
+protocols); the crop-and-resize and the shifts are reader/transforms/_resample.py's.
 """
 
 from __future__ import annotations
