@@ -27,7 +27,7 @@ from robowds.reader.cursor import DATASET_KEYS, as_cursor, check_export, check_k
 from robowds.reader.emit import planned_items
 from robowds.reader.format import ShardFormatError
 from robowds.reader.layout import SampleDecoder
-from robowds.reader.manifest import shards_of, split_layout
+from robowds.reader.manifest import shards_of, split_layout, split_stats
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
 from robowds.reader.old_keywords import BATCHING, REMOTE, refuse_old_keywords
@@ -149,6 +149,11 @@ class ShardDataset(IterableDataset):
         it, so its users never do. The cursor records `batch_size` as before."""
         self.batch_size, self.drop_last, self.collate_fn = checked_batching(batch_size, drop_last, collate_fn)
         return self
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """This split's normalisation statistics from the manifest (`split_stats`), for `Normalize`."""
+        return split_stats(self.manifest, self.split)
 
     # -- the plan --------------------------------------------------------------------------------
     def plan_spec(self) -> PlanSpec:

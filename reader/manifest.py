@@ -182,6 +182,14 @@ def split_layout(manifest: dict[str, Any], split: str) -> str:
     return entry.get("layout", "members") if isinstance(entry, dict) else "members"
 
 
+def split_stats(manifest: dict[str, Any], split: str) -> dict[str, Any]:
+    """The normalisation statistics of `split`: `{field: {"count", "mean", "std", "min", "max", "q01",
+    "q99"} | None}` as the export wrote them (lists, one value per dimension; None where a field had no
+    valid step). A key with a dot (e.g. `action.relative`) is a derived entry, not a field. `{}` for a
+    split without statistics. `ShardDataset.stats` and `Mixture.stats` both answer with this."""
+    return manifest.get("stats", {}).get(split, {})
+
+
 def shards_of(manifest: dict[str, Any], split: str) -> list[ShardInfo]:
     """The shards of `split` of a manifest that `validate_manifest` accepted (`parse_manifest` does)."""
     try:

@@ -127,8 +127,7 @@ class Mixture(IterableDataset):
     # -- what each source is --------------------------------------------------------------------
     def stats(self, name: str) -> dict[str, Any]:
         """The normalisation statistics of source `name`'s split, from its manifest (field -> stats)."""
-        ds = self.datasets[self.names.index(name)]
-        return ds.manifest.get("stats", {}).get(ds.split, {})
+        return self.datasets[self.names.index(name)].stats
 
     def config_hash(self) -> str:
         """What a cursor must agree on, hashed (so the cursor stays small for any number of sources):
