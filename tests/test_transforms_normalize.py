@@ -207,7 +207,7 @@ def test_errors_say_what_and_how_to_fix(samples: list[dict[str, Any]], stats: di
         Normalize({"a": {"mean": [0.0], "std": [1.0]}, "none": None}, fields=["none"])
     norm = Normalize({"joints": stats["imu"]})
     with pytest.raises(ValueError, match=r"field 'joints' has shape \[10, 7\] \(last dimension 7\) but its "
-                                         r"statistics have 6 values per dimension; pass the statistics"):
+                                         r"statistics have 6 values \(one per dimension\); pass the statistics"):
         norm(samples[0], None)
     with pytest.raises(ValueError, match=r"field 'joints' has shape \[1, 10, 7\]"):
         norm.batch(collate(samples[:1]))

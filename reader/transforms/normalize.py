@@ -127,7 +127,7 @@ class Normalize:
         self._np = {f: {dt: tuple(a.astype(dt) for a in c) for dt in _COMPUTE} for f, c in self._affine.items()}
         self._torch: dict[tuple[str, str, Any], tuple[Any, Any, Any]] = {}  # (field, device, dtype) -> tensors
         self._mask_names = {f: f + MASK_SUFFIX for f in modes}
-        self._flat: dict[tuple, tuple] = {}  # (dtype, fields, shapes) -> one-buffer plan (`__call__`)
+        self._flat: dict[tuple, tuple] = {}  # (fields, their dtypes and shapes) -> one-buffer plan (`__call__`)
 
     def __repr__(self) -> str:
         return f"Normalize(modes={self.modes!r}, eps={self.eps!r}, clip={self.clip!r})"
@@ -152,8 +152,8 @@ class Normalize:
         dims = len(self._affine[field][0])
         if not shape or shape[-1] != dims:
             raise ValueError(f"Normalize: field {field!r} has shape {list(shape)} (last dimension "
-                             f"{shape[-1] if shape else 'none'}) but its statistics have {dims} values per "
-                             "dimension; pass the statistics of the export this data comes from "
+                             f"{shape[-1] if shape else 'none'}) but its statistics have {dims} values (one per "
+                             "dimension); pass the statistics of the export this data comes from "
                              "(ShardDataset(OUT, split).stats)")
 
     # -- numpy: one sample, in a DataLoader worker -----------------------------------------------
