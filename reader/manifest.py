@@ -13,9 +13,13 @@ export, read by the reader and by verify.
   "stats": {split: {field: {"count", "mean", "std", "min", "max", "q01", "q99"},
                     "<action>.relative"?: {...the same keys..., "relative_to": {"state", "dims", "state_dims",
                                                                                "anchor"}}}},
+  "files"?: {"episodes" | "stats_state": {"path", "bytes", "sha256"}},
   "report": {...}
 }
 ```
+`files` lists the export's side files (`export/job/side_files.py`: per-episode identity and the
+mergeable statistics state, for `export --append` and `verify`); readers never read them, so the
+key is optional (exports before it lack it) and adding it kept the format version.
 Per-sample byte offsets live next to each shard, in `<path>.idx` (for `train/shard-000000.tar`:
 `train/shard-000000.tar.idx`), Megatron-Energon's tar index layout: `samples + 1` little-endian
 uint64, entry i the byte offset of sample i's first tar header, the last one the end of the last
@@ -287,6 +291,26 @@ def validate_manifest(doc: Any, where: str = MANIFEST_NAME) -> None:
         for key, value in (("samples", total), ("bytes", size)):
             if key in entry and _expect(entry, key, int, at) != value:
                 raise ManifestError(f"{at}: {key!r} is {entry[key]}, its shards hold {value}")
+    _check_files(doc, where)
+
+
+def _check_files(doc: dict[str, Any], where: str) -> None:
+    """The optional `files` entry: the export's side files (`episodes.msgpack`, `stats-state.msgpack`),
+    each `{"path", "bytes", "sha256"}`. Readers never open them; export and verify do, and publish
+    deletes them when it replaces the export, so their paths must stay inside the dataset folder."""
+    if "files" not in doc:
+        return
+    for name, entry in _expect(doc, "files", dict, where).items():
+        at = f"{where}: file {name!r}"
+        for key, kind in (("path", str), ("bytes", int), ("sha256", str)):
+            _expect(entry, key, kind, at)
+        try:
+            safe_relative(entry["path"])
+        except ManifestError as exc:
+            raise ManifestError(f"{at}: {exc}") from None
+        digest = entry["sha256"]
+        if len(digest) != 64 or not _SHA256_HEX.issuperset(digest):
+            raise ManifestError(f"{at}: 'sha256' must be 64 lowercase hex digits, got {digest[:80]!r}")
 
 
 def _check_shard(shard: Any, version: int, at: str) -> None:

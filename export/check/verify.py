@@ -3,7 +3,8 @@
 Checks every shard's size and sha256, its offset index (`<shard>.idx`: present, sha256 as the
 manifest lists it, well-formed; inline offsets in a version 1 manifest), parses every tar member,
 compares sample keys, counts and byte offsets with the index, decodes every member against the field
-schema (an `npz` split's packed member checked and unpacked first, CRC-32s included); with `--store`, recomputes a seeded random subset of windows from the source with the
+schema (an `npz` split's packed member checked and unpacked first, CRC-32s included), and the side
+files the manifest lists (size, sha256, readable: `job/side_files.py`); with `--store`, recomputes a seeded random subset of windows from the source with the
 export's own code and compares bytes.
 """
 
@@ -177,6 +178,38 @@ def _check_shard(root: StoreLocation, split: str, shard: ShardInfo, schema: dict
     result.shards += 1
 
 
+def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: VerifyResult) -> None:
+    """The side files the manifest lists under `files` (`job/side_files.py`): present, with the listed
+    size and sha256 (like shards), and readable; the episodes table lists every episode the manifest's
+    splits hold, each in its split."""
+    from robowds.export.job.side_files import EPISODES, STATS_STATE, decode_episodes, load_stats_state
+
+    for name, entry in sorted(manifest.get("files", {}).items()):
+        where = f"file {entry['path']}"
+        if not root.is_file(entry["path"]):
+            result.failures.append(f"{where}: missing")
+            continue
+        data = root.read_bytes(entry["path"])
+        if len(data) != entry["bytes"]:
+            result.failures.append(f"{where}: {len(data)} bytes, manifest says {entry['bytes']}")
+            continue
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            result.failures.append(f"{where}: sha256 does not match the manifest")
+            continue
+        try:
+            if name == STATS_STATE:
+                load_stats_state(data, where)
+            elif name == EPISODES:
+                table = decode_episodes(data, where)
+                listed = {ep: split for split, e in manifest["splits"].items() for ep in e.get("episodes", [])}
+                wrong = sorted(ep for ep, split in listed.items() if ep not in table or table[ep].split != split)
+                if wrong:
+                    result.failures.append(f"{where}: does not list {len(wrong)} exported episode(s) in their "
+                                           f"split, e.g. {wrong[0]!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            result.failures.append(str(exc) if str(exc).startswith(where) else f"{where}: {exc}")
+
+
 def verify_export(out: Path | str | StoreLocation, store: Path | str | StoreLocation | None = None,
                   check_windows: int = 32, seed: int = 0, progress: bool = True) -> VerifyResult:
     """Check every shard of the export in `out` against its manifest and, with `store`, recompute
@@ -190,6 +223,7 @@ def verify_export(out: Path | str | StoreLocation, store: Path | str | StoreLoca
     try:
         for split, shard in tqdm(jobs, desc="verify", unit="shard", disable=not progress):
             _check_shard(root, split, shard, manifest["schema"], result, keys, split_layout(manifest, split))
+        _check_side_files(root, manifest, result)
         if store is not None and result.ok:
             from robowds.export.check.recompute import recompute_windows
 

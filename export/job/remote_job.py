@@ -16,6 +16,8 @@ then deleted locally. What lives under the URL:
   need them) but neither writes nor uploads those shards again;
 - `.robowds-work/ready/<path>`: a shard (or index) whose final key the export being replaced
   still lists: uploading it there keeps the old export intact and readable until publish;
+- `.robowds-work/ready/<side file>` (`episodes.msgpack`, `stats-state.msgpack`: `job/side_files.py`):
+  always staged, and copied to its key by publish like a staged shard;
 - `.robowds-work/ready/manifest.json` and `.robowds-work/publish.json`: publish's plan. The journal
   is the commit point: once it exists, any later `export` into the URL finishes that publish first.
 
@@ -265,10 +267,21 @@ class Uploader:
         self._bar.close()
 
 
-def publish_remote(state: RemoteState, manifest: dict[str, Any]) -> list[str]:
+def publish_remote(state: RemoteState, manifest: dict[str, Any], side: dict[str, bytes] | None = None) -> list[str]:
     """Write publish's plan under the URL, then carry it out (module docstring); returns warnings
-    (`.nv-meta/` objects of the user's, kept)."""
+    (`.nv-meta/` objects of the user's, kept). `side`: the side files the manifest lists under `files`
+    (path -> bytes, `job/side_files.py`): staged under `.robowds-work/ready/` before the journal and
+    copied into place with the shards, so a re-run finishes the publish without them in memory."""
     out, old, listing = state.out, state.old, state.listing
+    side = side or {}
+    blocked = [rel for rel in side if rel in listing and rel not in state.replaceable]
+    if blocked:
+        raise UserError(f"{len(blocked)} object(s) under {out.url} are in the way of the new export and no robowds "
+                        f"manifest lists them: {', '.join(blocked)}",
+                        hint="robowds never replaces objects it did not write: move them away and re-run the same "
+                             "command (what is uploaded is kept)")
+    for rel, data in side.items():
+        out.put(f"{STAGED}/{rel}", data)
     meta = energon_files(manifest)
     ours_meta = ({rel for rel, data in energon_files(old).items() if rel in listing and out.get(rel) == data}
                  if old is not None else set())
@@ -279,7 +292,7 @@ def publish_remote(state: RemoteState, manifest: dict[str, Any]) -> list[str]:
     wids = [f"{split}.wids.json" for split in sorted(manifest["splits"])]
     staged = [rel for rel in new if rel != MANIFEST_NAME and rel not in wids and rel in state.replaceable]
     owned = set(owned_files(old)) if old is not None else set()
-    journal = {"copy": staged, "put": wids + [rel for rel in meta if rel not in kept],
+    journal = {"copy": staged + [rel for rel in side if rel not in staged], "put": wids + [rel for rel in meta if rel not in kept],
                "remove": sorted(owned - set(new))}
     out.put(f"{STAGED}/{MANIFEST_NAME}", dump_manifest(manifest))
     out.put(JOURNAL, json.dumps(journal).encode())  # the commit point

@@ -15,8 +15,9 @@ store's fingerprint again (`check_store_unchanged`): a store changed while it wa
 What the work folder holds tells which phase a run reached (the SIGKILL test in
 tests/test_export_e2e.py reads it so): `job.json` from the start; map: `ep-N.bin` / `ep-N.rec` per
 staged episode; reduce: `shards/*.json` records, `tmp/` temp shards, `ready/<split>/shard-N.tar`;
-publish: `ready/<split>.wids.json`, `ready/.nv-meta/*` (Energon's metadata) and `ready/manifest.json`,
-then the journal `publish.json`.
+publish: `ready/<split>.wids.json`, the side files (`ready/episodes.msgpack`, `ready/stats-state.msgpack`:
+`job/side_files.py`), `ready/.nv-meta/*` (Energon's metadata) and `ready/manifest.json`, then the
+journal `publish.json`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader
                                            local_work_dir, pending, prepare_remote, publish_remote)
 from robowds.export.job.report import SplitStats, build_manifest, report_warnings
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
+from robowds.export.job.side_files import side_files
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.output.fsio import fsync_write
@@ -304,7 +306,8 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
-    kept = publish(out, work, manifest) if remote is None else publish_remote(remote, manifest)  # user's .nv-meta
+    side, manifest["files"] = side_files(records, split_stats.result())  # for append and verify, not readers
+    kept = publish(out, work, manifest, side) if remote is None else publish_remote(remote, manifest, side)
     if remote is not None:
         remove_work(work)
     profile.lap("manifest")

@@ -1,7 +1,8 @@
 """The map step: build one batch of episodes' windows and stage them in the work folder.
 
 Per episode: `ep-NNNNNN.bin` (its encoded samples, back to back) then `ep-NNNNNN.rec` (msgpack: sizes,
-anchors, report, statistics, the .bin's length and CRC-32, or the episode's error), each appearing
+anchors, report, statistics, the .bin's length and CRC-32, or the episode's error; and its fingerprint,
+`store/episode_identity.py`, None when its rows could not be read), each appearing
 under its name by rename when complete, the .rec last: an episode is staged iff its .rec exists, and a
 re-run after a kill skips it.
 
@@ -61,7 +62,8 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> StagedBatch:
             todo.append(ep)
     for ep, data in zip(todo, EpisodeLoader(job.schema, job.load_fields, job.source or None).load(todo)):
         bin_path, rec_path = episode_paths(work, job.index[ep])
-        record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None}
+        record: dict[str, Any] = {"episode_id": ep, "split": job.splits[ep], "error": None,
+                                  "fingerprint": None if isinstance(data, EpisodeError) else data.fingerprint}
         windows = EpisodeWindows()
         try:
             if isinstance(data, EpisodeError):

@@ -10,8 +10,8 @@ is already done, so a run killed at any moment is finished by the next run into 
 ends byte-identical to an uninterrupted one.
 
 What robowds owns in OUT: the files its manifest lists (shards and, from manifest version 2, their
-offset indexes `<shard>.idx`), `manifest.json`, `<split>.wids.json` of the manifest's splits, and the
-work folder, and `.nv-meta/{dataset.yaml,split.yaml,.info.json}` (Megatron-Energon's metadata,
+offset indexes `<shard>.idx`; the side files under `files`), `manifest.json`, `<split>.wids.json` of
+the manifest's splits, and the work folder, and `.nv-meta/{dataset.yaml,split.yaml,.info.json}` (Megatron-Energon's metadata,
 `energon.py`) where their bytes are what robowds wrote for the old manifest. Nothing else is ever
 replaced or deleted, with one exception: `<shard>.idx` next to a shard of the export being replaced is
 replaced by the new index (`energon prepare` writes such indexes for version 1 exports; an index
@@ -85,12 +85,13 @@ def load_finished_manifest(out: "Path | str | StoreLocation") -> dict[str, Any]:
 
 
 def owned_files(manifest: dict[str, Any]) -> list[str]:
-    """The files (POSIX paths relative to OUT) a finished export wrote: manifest, wids indexes, shards
-    and their offset indexes (version 2; every shard's index right after it).
+    """The files (POSIX paths relative to OUT) a finished export wrote: manifest, the side files it
+    lists under `files` (`job/side_files.py`; exports before them have none), wids indexes, shards and
+    their offset indexes (version 2; every shard's index right after it).
 
     Scales with the number of shards (one or two strings each), never with samples.
     """
-    files = [MANIFEST_NAME]
+    files = [MANIFEST_NAME, *(safe_relative(entry["path"]) for _, entry in sorted(manifest.get("files", {}).items()))]
     for split in sorted(manifest.get("splits", {})):
         files.append(safe_relative(f"{split}.wids.json"))
         for shard in shards_of(manifest, split):
@@ -173,9 +174,10 @@ def _nv_meta_others(out: Path, replacing: bool) -> list[str]:
                   if rel not in ENERGON_FILES)
 
 
-def publish(out: Path, work: Path, manifest: dict[str, Any]) -> list[str]:
+def publish(out: Path, work: Path, manifest: dict[str, Any], side: dict[str, bytes] | None = None) -> list[str]:
     """Replace the export in OUT (if any) by the finished one whose shards wait in `work/ready/`;
-    returns warnings (`.nv-meta/` files of the user's, kept).
+    returns warnings (`.nv-meta/` files of the user's, kept). `side`: the side files the manifest lists
+    under `files` (path -> bytes, `job/side_files.py`), written into `ready/` and placed like the shards.
 
     Order of changes to OUT: old manifest removed (nothing stale stays listed), new shards, wids
     indexes and `.nv-meta/` files renamed into place, old listed files the new export does not have
@@ -186,6 +188,8 @@ def publish(out: Path, work: Path, manifest: dict[str, Any]) -> list[str]:
     with _as_user_error(out):
         for split, entry in manifest["splits"].items():
             fsync_write(ready / f"{split}.wids.json", wids_index(split, entry))
+        for rel, data in (side or {}).items():  # after a wids index: the SIGKILL test reads phases from ready/
+            fsync_write(ready / rel, data)
         for rel, data in meta.items():  # after the wids indexes: the SIGKILL test reads phases from ready/
             (ready / rel).parent.mkdir(exist_ok=True)
             fsync_write(ready / rel, data)

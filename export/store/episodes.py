@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -17,6 +18,7 @@ import pyarrow as pa
 from robowds.export.core.resample import RawSeries
 from robowds.export.errors import EpisodeError, UserError
 from robowds.export.store.declarations import FieldSpec
+from robowds.export.store.episode_identity import episode_fingerprint, row_digest
 from robowds.export.store.location import RemoteStoreError
 from robowds.export.store.media_paths import MediaPathError, media_hint
 from robowds.export.store.row_stream import RowReader, batch_rows
@@ -45,6 +47,9 @@ class EpisodeData:
     # stores with `time_unit: ns`: the integer ns time that stream time 0.0 stands for (the episode's
     # first ns sample; times are seconds relative to it so that float64 keeps them exact)
     time_origin_ns: int | None = None
+    # `episode_identity.episode_fingerprint` of the rows read and the media they name (set by the loader)
+    fingerprint: str | None = None
+    media_sizes: dict[str, int] = field(default_factory=dict)  # store path as the row names it -> bytes
 
 
 def image_ext(data: bytes) -> str | None:
@@ -256,11 +261,13 @@ class EpisodeLoader:
                   problems: list[EpisodeError] | None = None) -> EpisodeData:
         """`problems`: None raises the first error; a list collects one per field and loads the rest."""
         data = EpisodeData(ep)
+        digests = {}  # table -> row_digest: the episode's identity, from the rows read anyway
         for table in self.schema.tables:
             wanted, extras = self._columns[table]
             if (table, ep) not in rows:
                 continue  # nothing read from this table, or (validate) the episode is missing from it
             columns = rows[table, ep]  # each a 1-row array
+            digests[table] = row_digest(columns)
             for col in wanted:
                 try:
                     self._fill(data, col, columns[col], 0)
@@ -273,6 +280,7 @@ class EpisodeLoader:
                 if value is not None:
                     setattr(data, col, float(value))
         self._relative_ns(data, problems)
+        data.fingerprint = episode_fingerprint(digests, data.media_sizes)
         return data
 
     def _fill(self, data: EpisodeData, name: str, column: pa.Array, row: int) -> None:
@@ -314,9 +322,17 @@ class EpisodeLoader:
                                    hint=getattr(exc, "hint", None) or media_hint(spec)) from exc
             if not found:
                 raise EpisodeError(ep, name, f"video file {video['path']!r} is missing", hint=media_hint(spec))
+            try:
+                data.media_sizes[str(video["path"])] = video["file"].stat().st_size if isinstance(
+                    video["file"], Path) else video["file"].size()  # the episode's identity: path and size
+            except OSError as exc:
+                raise EpisodeError(ep, name, f"video file {video['path']!r} cannot be read: {exc}",
+                                   hint=getattr(exc, "hint", None) or media_hint(spec)) from exc
             data.videos[name] = video
         elif spec.kind == "image":
             data.images[name] = self._image(ep, name, value)
+            if not isinstance(value, (bytes, bytearray)):  # a path: its size (bytes in the row are hashed there)
+                data.media_sizes[str(value)] = len(data.images[name][0])
             data.image_sources[name] = "(binary column)" if isinstance(value, (bytes, bytearray)) else repr(str(value))
 
     def _image(self, ep: str, name: str, value: Any) -> tuple[bytes, str]:
