@@ -170,6 +170,7 @@ def test_keep_order(store: Path, tmp_path: Path) -> None:
 
 def test_byte_identical_for_1_2_4_workers(store: Path, exported: Path, tmp_path: Path) -> None:
     reference = tree_bytes(exported)
+    assert {"episodes.msgpack", "stats-state.msgpack"} <= reference.keys()  # the side files too (side_files.py)
     for workers in (2, 4):
         out = tmp_path / f"w{workers}"
         assert main(["export", str(store), str(out), "--quiet", "--workers", str(workers), *SETTINGS]) == 0

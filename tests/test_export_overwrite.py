@@ -78,7 +78,8 @@ def reference(store: Path, old: Path) -> dict[str, str]:
     ref = tree_bytes(out)
     old_tree = tree_bytes(old)
     # the premise of these tests: shared names with other bytes, and old shards the new export lacks
-    assert {"train/shard-000000.tar", "manifest.json", "train.wids.json"} <= ref.keys() & old_tree.keys()
+    assert {"train/shard-000000.tar", "manifest.json", "train.wids.json", "episodes.msgpack",
+            "stats-state.msgpack"} <= ref.keys() & old_tree.keys()
     assert all(ref[k] != old_tree[k] for k in ref.keys() & old_tree.keys() - {".nv-meta/dataset.yaml"})  # it names no shard
     assert {"val.wids.json", "val/shard-000000.tar", "train/shard-000004.tar"} <= old_tree.keys() - ref.keys()
     return ref
