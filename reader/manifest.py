@@ -306,8 +306,9 @@ def _check_files(doc: dict[str, Any], where: str) -> None:
             _expect(entry, key, kind, at)
         try:
             safe_relative(entry["path"])
-        except ManifestError as exc:
-            raise ManifestError(f"{at}: {exc}") from None
+        except ManifestError:
+            raise ManifestError(f"{at}: path {entry['path']!r} must be a plain relative path inside the dataset "
+                                "folder") from None
         digest = entry["sha256"]
         if len(digest) != 64 or not _SHA256_HEX.issuperset(digest):
             raise ManifestError(f"{at}: 'sha256' must be 64 lowercase hex digits, got {digest[:80]!r}")

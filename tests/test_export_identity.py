@@ -29,6 +29,7 @@ from robowds.export.job.spec import resolve
 from robowds.export.job.stage import stage_episodes
 from robowds.export.store.episode_identity import row_digest
 from robowds.export.store.episodes import EpisodeLoader
+from robowds.reader.manifest import ManifestError, parse_manifest
 
 SETTINGS = ["splits={train: rest}", "window.duration_s=0.4", "stride=8"]
 
@@ -149,3 +150,15 @@ def test_verify_checks_the_side_files(stores: dict[str, Path], tmp_path: Path) -
     (out / "stats-state.msgpack").unlink()
     assert verify_export(out, progress=False).failures == [
         "file episodes.msgpack: sha256 does not match the manifest", "file stats-state.msgpack: missing"]
+
+
+def test_manifest_refuses_side_files_outside_the_folder(stores: dict[str, Path]) -> None:
+    """Publish deletes the files a replaced manifest lists: a side file's path must stay inside OUT."""
+    doc = json.loads((stores["o4"] / "manifest.json").read_bytes())
+    doc["files"]["episodes"]["path"] = "../notes.txt"
+    with pytest.raises(ManifestError, match=r"^manifest.json: file 'episodes': path '../notes.txt' must be a plain "
+                                            r"relative path inside the dataset folder$"):
+        parse_manifest(json.dumps(doc))
+    doc["files"]["episodes"] = {"path": "episodes.msgpack", "bytes": 1}
+    with pytest.raises(ManifestError, match=r"^manifest.json: file 'episodes': 'sha256' is missing$"):
+        parse_manifest(json.dumps(doc))
