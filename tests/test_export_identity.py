@@ -10,6 +10,7 @@ E1 + E2.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from robowds.export.job.config import load_config
 from robowds.export.job.report import SplitStats
 from robowds.export.job.run import run_export
 from robowds.export.job.side_files import (EpisodeChanges, compare_episodes, decode_episodes, encode_stats_state,
-                                           load_stats_state, read_stats_state)
+                                           load_stats_state, read_declarations, read_stats_state)
 from robowds.export.job.spec import resolve
 from robowds.export.job.stage import stage_episodes
 from robowds.export.store.episode_identity import row_digest
@@ -71,6 +72,8 @@ def test_manifest_lists_side_files_and_episode_table(stores: dict[str, Path]) ->
         data = (stores["o4"] / entry["path"]).read_bytes()
         assert len(data) == entry["bytes"]
     table = decode_episodes((stores["o4"] / "episodes.msgpack").read_bytes())
+    assert read_declarations((stores["o4"] / "episodes.msgpack").read_bytes()) == hashlib.sha256(
+        (stores["s4"] / "store.yaml").read_bytes()).hexdigest()
     assert list(table) == ["ep_0000", "ep_0001", "ep_0002", "ep_0003"]
     assert all(e.split == "train" and e.exported and len(e.fingerprint or "") == 64 for e in table.values())
     assert sum(e.windows for e in table.values()) == manifest["splits"]["train"]["samples"]

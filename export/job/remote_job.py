@@ -45,6 +45,7 @@ from tqdm import tqdm
 
 from robowds.export.errors import UserError
 from robowds.export.job.shards import ShardTask
+from robowds.export.job.side_files import PATHS as SIDE_PATHS
 from robowds.export.output.energon import FILES as ENERGON_FILES
 from robowds.export.output.energon import NV_META, energon_files
 from robowds.export.output.out_lock import LOCK_NAME
@@ -197,7 +198,7 @@ def pending(state: RemoteState, tasks: list[ShardTask]) -> tuple[list[ShardTask]
     before any upload when an object robowds does not own is where the new export must go."""
     ours = {rel for r in state.records.values() for rel in (r.get("shard_key"), r.get("index_key"))}
     new = [rel for t in tasks for rel in (t.path, t.path + INDEX_SUFFIX)]
-    new += [f"{split}.wids.json" for split in sorted({t.split for t in tasks})]
+    new += [f"{split}.wids.json" for split in sorted({t.split for t in tasks})] + sorted(SIDE_PATHS.values())
     blocked = [rel for rel in new if rel in state.listing and rel not in state.replaceable and rel not in ours]
     if blocked:
         shown = ", ".join(blocked[:5]) + (f" and {len(blocked) - 5} more" if len(blocked) > 5 else "")

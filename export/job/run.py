@@ -51,6 +51,7 @@ from robowds.export.output.publish import JOB_FILE, READY, finish_publish, publi
 from robowds.export.output.remote_lock import RemoteLock
 from robowds.export.output.remote_out import RemoteOut, is_url
 from robowds.export.store.declarations import STORE_YAML
+from robowds.export.store.episode_identity import declarations_digest
 from robowds.export.store.fingerprint import fingerprint
 from robowds.export.store.location import StoreLocation, store_location
 from robowds.export.store.row_stream import drop_row_groups, read_order
@@ -301,12 +302,13 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         if uploads:
             uploads.close()
     profile.lap("pool close")
+    declarations = declarations_digest(store)  # before the check: a store.yaml changed since is caught there
     check_store_unchanged(store, source, work, remote)
     profile.lap("store check")
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
-    side, manifest["files"] = side_files(records, split_stats.result())  # for append and verify, not readers
+    side, manifest["files"] = side_files(records, split_stats.result(), declarations)  # for append and verify
     kept = publish(out, work, manifest, side) if remote is None else publish_remote(remote, manifest, side)
     if remote is not None:
         remove_work(work)

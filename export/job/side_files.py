@@ -7,8 +7,8 @@ folder's `ready/` with the wids indexes and published by the same journaled rena
 URL, staged under `.robowds-work/ready/` and copied into place before the manifest); the manifest
 lists each under `files.<name>` with its `path`, `bytes` and `sha256`.
 
-- `episodes.msgpack` (`files.episodes`): per episode the export considered (exported or rejected),
-  columns in episode-id order: id, split, fingerprint (`store/episode_identity.py`, 32 bytes; zeros
+- `episodes.msgpack` (`files.episodes`): the sha256 of the store's `store.yaml`, and per episode the
+  export considered (exported or rejected), columns in episode-id order: id, split, fingerprint (`store/episode_identity.py`, 32 bytes; zeros
   when its rows could not be read), window count, exported. ~60 bytes per episode (ids of ~12
   characters): 1.2 MB at 20k episodes, 5.5 MB at DROID's 92k.
 - `stats-state.msgpack` (`files.stats_state`): per split and statistics key (a field, or any other
@@ -65,12 +65,13 @@ def episode_entries(records: Iterable[dict[str, Any]]) -> list[EpisodeEntry]:
                   key=lambda e: e.episode_id)
 
 
-def encode_episodes(entries: list[EpisodeEntry]) -> bytes:
-    """`episodes.msgpack`: columns, the split as an index into `splits` (u2), fingerprints as 32 raw
-    bytes each, windows as little-endian int64, exported as one byte each."""
+def encode_episodes(entries: list[EpisodeEntry], declarations: str | None = None) -> bytes:
+    """`episodes.msgpack`: `declarations` (the sha256 of the store's `store.yaml`, or None), then
+    columns: the split as an index into `splits` (u2), fingerprints as 32 raw bytes each, windows as
+    little-endian int64, exported as one byte each."""
     splits = sorted({e.split for e in entries})
     code = {s: i for i, s in enumerate(splits)}
-    doc = {"format": EPISODES_FORMAT, "version": VERSION, "splits": splits,
+    doc = {"format": EPISODES_FORMAT, "version": VERSION, "declarations": declarations, "splits": splits,
            "episode_id": [e.episode_id for e in entries],
            "split": np.asarray([code[e.split] for e in entries], "<u2").tobytes(),
            "fingerprint": b"".join(bytes.fromhex(e.fingerprint) if e.fingerprint else _NO_FINGERPRINT
@@ -108,11 +109,18 @@ def decode_episodes(data: bytes, where: str = PATHS[EPISODES]) -> dict[str, Epis
     return out
 
 
+def read_declarations(data: bytes, where: str = PATHS[EPISODES]) -> str | None:
+    """The sha256 of the store's `store.yaml` when the export was made (None: it had none)."""
+    return _checked(data, EPISODES_FORMAT, where)["declarations"]
+
+
 def compare_episodes(old: Mapping[str, tuple[str | None, str]],
                      current: Mapping[str, tuple[str | None, str]]) -> EpisodeChanges:
     """Old export vs current store, each episode id -> (fingerprint, split): which episodes changed
     (another fingerprint or split, or a fingerprint unknown on either side: nothing proves it the
-    same), were removed, or were added. Pure; O(episodes)."""
+    same), were removed, or were added. Pure; O(episodes). An append passes the old table's exported
+    episodes (a rejected one built nothing: it may be tried again) and compares `read_declarations`
+    with the store's own (a changed `store.yaml` changes every episode's windows)."""
     changed = sorted(ep for ep, (fp, split) in old.items() if ep in current and (
         fp is None or current[ep][0] is None or current[ep] != (fp, split)))
     removed = sorted(ep for ep in old if ep not in current)
@@ -138,10 +146,11 @@ def read_stats_state(data: bytes, where: str = PATHS[STATS_STATE]) -> dict[str, 
             for split, keys in load_stats_state(data, where).items()}
 
 
-def side_files(records: Iterable[dict[str, Any]], folded: Mapping[str, Mapping[str, FieldStats]]
-               ) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+def side_files(records: Iterable[dict[str, Any]], folded: Mapping[str, Mapping[str, FieldStats]],
+               declarations: str | None) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
     """(path -> bytes, the manifest's `files` entry) of an export's side files."""
-    data = {PATHS[EPISODES]: encode_episodes(episode_entries(records)), PATHS[STATS_STATE]: encode_stats_state(folded)}
+    data = {PATHS[EPISODES]: encode_episodes(episode_entries(records), declarations),
+            PATHS[STATS_STATE]: encode_stats_state(folded)}
     listed = {name: {"path": path, "bytes": len(data[path]), "sha256": hashlib.sha256(data[path]).hexdigest()}
               for name, path in PATHS.items()}
     return data, listed

@@ -6,7 +6,9 @@ still what the store holds. The inputs are the store fingerprint's, cut per epis
 row of every table by content (the columns the export reads: its fields, the clock, `start_s` /
 `end_s`) and every media file the row names by path (in the row) and size (a video's or an image
 file's; like the store fingerprint, not its bytes, which an export reads only in part). Which split
-an episode lands in is recorded next to the fingerprint, not in it (the episodes table).
+an episode lands in is recorded next to the fingerprint, not in it (the episodes table); so is the
+sha256 of `store.yaml` (`declarations_digest`), which applies to every episode (a changed declaration
+changes every episode's windows without changing a row).
 
 The map tasks compute it from the rows they read anyway (`EpisodeLoader`), so the store is not read a
 second time. Cost, measured on a 300-episode synthetic store (7 time series, ~180 KB of row values per
@@ -25,6 +27,9 @@ import hashlib
 import msgpack
 import numpy as np
 import pyarrow as pa
+
+from robowds.export.store.declarations import STORE_YAML
+from robowds.export.store.location import StoreLocation
 
 DIGEST_VERSION = b"robowds-episode-v1"  # changes if what is hashed changes (old fingerprints then all differ)
 
@@ -112,3 +117,11 @@ def episode_fingerprint(rows: dict[str, bytes], media: dict[str, int]) -> str:
     for path in sorted(media):
         h.update(b"M" + path.encode() + b"\0" + int(media[path]).to_bytes(8, "little"))
     return h.hexdigest()
+
+
+def declarations_digest(location: StoreLocation) -> str | None:
+    """sha256 (hex) of the store's `store.yaml`, None when it has none: the declarations every
+    episode's windows depend on besides its rows. One small read."""
+    if not (location.path / STORE_YAML).is_file() if location.local else not location.is_file(STORE_YAML):
+        return None
+    return hashlib.sha256(location.read_bytes(STORE_YAML)).hexdigest()
