@@ -30,7 +30,7 @@ from robowds.export.job.spec import resolve
 from robowds.export.job.stage import stage_episodes
 from robowds.export.store.episode_identity import row_digest
 from robowds.export.store.episodes import EpisodeLoader
-from robowds.reader.manifest import ManifestError, parse_manifest
+from robowds.reader.manifest import ManifestError, dump_manifest, parse_manifest
 
 SETTINGS = ["splits={train: rest}", "window.duration_s=0.4", "stride=8"]
 
@@ -153,6 +153,16 @@ def test_verify_checks_the_side_files(stores: dict[str, Path], tmp_path: Path) -
     (out / "stats-state.msgpack").unlink()
     assert verify_export(out, progress=False).failures == [
         "file episodes.msgpack: sha256 does not match the manifest", "file stats-state.msgpack: missing"]
+    # a state listed with its own hash, but not the one the manifest's statistics came from
+    shutil.copy(stores["o4"] / "episodes.msgpack", out / "episodes.msgpack")
+    other = (stores["o7"] / "stats-state.msgpack").read_bytes()
+    (out / "stats-state.msgpack").write_bytes(other)
+    doc = json.loads((out / "manifest.json").read_bytes())
+    doc["files"]["stats_state"].update(bytes=len(other), sha256=hashlib.sha256(other).hexdigest())
+    (out / "manifest.json").write_bytes(dump_manifest(doc))
+    assert verify_export(out, progress=False).failures == [
+        "file stats-state.msgpack: the statistics it gives differ from the manifest's stats for train/actions, "
+        "train/gripper_cmd, train/imu, train/joints, train/orientation"]
 
 
 def test_manifest_refuses_side_files_outside_the_folder(stores: dict[str, Path]) -> None:

@@ -181,8 +181,9 @@ def _check_shard(root: StoreLocation, split: str, shard: ShardInfo, schema: dict
 def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: VerifyResult) -> None:
     """The side files the manifest lists under `files` (`job/side_files.py`): present, with the listed
     size and sha256 (like shards), and readable; the episodes table lists every episode the manifest's
-    splits hold, each in its split."""
-    from robowds.export.job.side_files import EPISODES, STATS_STATE, decode_episodes, load_stats_state
+    splits hold, each in its split; the statistics state gives the manifest's `stats` (what an append
+    merges new episodes into). Cost: one read of each and a summary per split and field."""
+    from robowds.export.job.side_files import EPISODES, STATS_STATE, decode_episodes, read_stats_state
 
     for name, entry in sorted(manifest.get("files", {}).items()):
         where = f"file {entry['path']}"
@@ -198,7 +199,13 @@ def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: Ver
             continue
         try:
             if name == STATS_STATE:
-                load_stats_state(data, where)
+                state = read_stats_state(data, where)
+                differ = sorted(f"{split}/{key}" for split, keys in manifest.get("stats", {}).items()
+                                for key, entry in keys.items() if key not in state.get(split, {})
+                                or state[split][key].summary() != entry)
+                if differ:
+                    result.failures.append(f"{where}: the statistics it gives differ from the manifest's stats "
+                                           f"for {', '.join(differ[:5])}")
             elif name == EPISODES:
                 table = decode_episodes(data, where)
                 listed = {ep: split for split, e in manifest["splits"].items() for ep in e.get("episodes", [])}

@@ -38,6 +38,8 @@ def _valid(array: pa.Array) -> np.ndarray | None:
     """[len] bool validity of `array`, None when it has no null."""
     if array.null_count == 0:
         return None
+    if array.buffers()[0] is None:  # the null type: every slot null, no bitmap
+        return np.zeros(len(array), bool)
     bits = np.unpackbits(np.frombuffer(array.buffers()[0], np.uint8), bitorder="little")
     return bits[array.offset:array.offset + len(array)].astype(bool)
 
