@@ -9,7 +9,7 @@ lists each under `files.<name>` with its `path`, `bytes` and `sha256`.
 
 - `episodes.msgpack` (`files.episodes`): the sha256 of the store's `store.yaml`, and per episode the
   export considered (exported or rejected), columns in episode-id order: id, split, fingerprint (`store/episode_identity.py`, 32 bytes; zeros
-  when its rows could not be read), window count, exported. ~60 bytes per episode (ids of ~12
+  when it could not be loaded), window count, exported. ~60 bytes per episode (ids of ~12
   characters): 1.2 MB at 20k episodes, 5.5 MB at DROID's 92k.
 - `stats-state.msgpack` (`files.stats_state`): per split and statistics key (a field, or any other
   key such as `<field>.relative`) the merged `FieldStats.to_state()` the manifest's `stats` were
@@ -44,7 +44,7 @@ class EpisodeEntry:
 
     episode_id: str
     split: str
-    fingerprint: str | None  # hex; None: its rows could not be read (a rejected episode)
+    fingerprint: str | None  # hex; None: it could not be loaded (rejected: a bad row, a missing media file)
     windows: int  # windows emitted (0 for a rejected episode)
     exported: bool  # False: rejected (the manifest's report says why)
 

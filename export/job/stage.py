@@ -2,7 +2,7 @@
 
 Per episode: `ep-NNNNNN.bin` (its encoded samples, back to back) then `ep-NNNNNN.rec` (msgpack: sizes,
 anchors, report, statistics, the .bin's length and CRC-32, or the episode's error; and its fingerprint,
-`store/episode_identity.py`, None when its rows could not be read), each appearing
+`store/episode_identity.py`, None when it could not be loaded), each appearing
 under its name by rename when complete, the .rec last: an episode is staged iff its .rec exists, and a
 re-run after a kill skips it.
 
