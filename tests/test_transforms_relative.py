@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,22 @@ def test_manifest_entries_equal_the_hand_computation(exported: Path, samples: li
                                                                              for s in skipped)
     # the dimensions not taken relative are the absolute values over those steps
     assert stats["joints.relative"]["max"][1] == joints[:, 1].max()
+
+
+def test_verify_checks_the_relative_entries_against_the_saved_state(exported: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """verify recomputes every statistics entry from stats-state.msgpack: a relative entry's
+    `relative_to` record comes from the config, the rest must match (a changed value is found)."""
+    assert main(["verify", str(exported), "--quiet"]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(exported, copy)
+    manifest = manifest_of(copy)
+    manifest["stats"]["train"]["actions.relative"]["mean"][0] += 1.0
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["verify", str(copy), "--quiet"]) == 1
+    assert ("file stats-state.msgpack: the statistics it gives differ from the manifest's stats for "
+            "train/actions.relative\n") in capsys.readouterr().out
 
 
 def test_entry_bytes_do_not_depend_on_the_worker_count(store: Path, exported: Path) -> None:

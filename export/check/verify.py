@@ -201,8 +201,7 @@ def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: Ver
             if name == STATS_STATE:
                 state = read_stats_state(data, where)
                 differ = sorted(f"{split}/{key}" for split, keys in manifest.get("stats", {}).items()
-                                for key, entry in keys.items() if key not in state.get(split, {})
-                                or state[split][key].summary() != entry)
+                                for key, entry in keys.items() if not _stats_agree(state.get(split, {}), key, entry))
                 if differ:
                     result.failures.append(f"{where}: the statistics it gives differ from the manifest's stats "
                                            f"for {', '.join(differ[:5])}")
@@ -238,3 +237,14 @@ def verify_export(out: Path | str | StoreLocation, store: Path | str | StoreLoca
     except RemoteStoreError as exc:  # the export or the store cannot be read (access, network)
         raise UserError(str(exc), hint=exc.hint) from exc
     return result
+
+
+def _stats_agree(state: dict[str, Any], key: str, entry: Any) -> bool:
+    """Whether a manifest statistics entry is what the saved state of its key gives: None (a field with
+    no valid step) where the state has none, else the state's summary plus, for a relative-action entry
+    (`<action>.relative`), its `relative_to` record, which comes from the config, not from the values."""
+    if entry is None:
+        return key not in state or state[key] is None
+    if key not in state or state[key] is None or not isinstance(entry, dict):
+        return False
+    return state[key].summary() == {k: v for k, v in entry.items() if k != "relative_to"}
