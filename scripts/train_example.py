@@ -1,9 +1,16 @@
 """A tiny behaviour-cloning policy trained on a robowds export: DDP on CPU (gloo), resumable.
 
-An MLP reads the observation windows (`--obs`, time-series fields normalised with the manifest's
-statistics, padded steps zeroed, plus their masks; optionally `--camera` video fields through a tiny
-conv encoder per frame) and predicts the action window (`--action`); the loss is the MSE over the real
-action steps only (`<action>_mask`). Without `--obs` / `--action` the fields are taken from the
+An MLP reads the observation windows (`--obs`, time-series fields, padded steps zeroed, plus their
+masks; optionally `--camera` video fields through a tiny conv encoder per frame) and predicts the action
+window (`--action`); the loss is the MSE over the real action steps only (`<action>_mask`).
+
+`--normalize MODE` (mean_std, the default; min_max; quantile) scales the observation and action fields
+per dimension by the manifest's statistics of the split with `robowds.reader.transforms.Normalize`, in
+the DataLoader workers: the model predicts normalised actions and the loss is in normalised units
+(`norm.inverse(pred, action)` gives actions in the field's units). `--augment` adds a DrQ-style
+`RandomShift(4)` and a `ColorJitter(0.2, 0.2, 0.2, 0.02)` on the `--camera` fields, one draw per window
+from the sample's generator (seeded by the reader from (seed, epoch, key)): a resumed run augments the
+remaining samples exactly as the uninterrupted run did. Without `--obs` / `--action` the fields are taken from the
 manifest when the choice is obvious (`joints`/`actions`, `state`/`action`, `observation.state`/...),
 else the script lists the time-series fields to choose from. Batches come from `ShardLoader`, which splits the epoch across ranks and DataLoader
 workers and has a cursor (`state_dict()`), so a resumed run reads exactly the batches the killed run
@@ -15,6 +22,8 @@ would have read next.
     python -m torch.distributed.run --nproc_per_node=2 scripts/train_example.py --data OUT ...
     # killed? run the same command with --resume: continues from the last checkpoint
     python -m torch.distributed.run --nproc_per_node=2 scripts/train_example.py --data OUT ... --resume
+    # quantile normalisation and camera augmentation
+    python scripts/train_example.py --data OUT --camera cam --normalize quantile --augment
 
 Every `--every` steps rank 0 writes the checkpoint atomically (temp file, fsync, os.replace): model,
 optimizer, step, the torch RNG state and the loader cursor (as a JSON string; the cursor does not
@@ -43,6 +52,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from robowds.reader.dataset import ShardDataset
 from robowds.reader.loader import ShardLoader
+from robowds.reader.transforms import ColorJitter, Compose, Normalize, RandomShift
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,6 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--obs", nargs="+", help="observation time-series field(s) (default: from the manifest)")
     p.add_argument("--action", help="action time-series field to predict (default: from the manifest)")
     p.add_argument("--camera", nargs="*", default=[], help="video field(s) to encode with a tiny conv net")
+    p.add_argument("--normalize", default="mean_std", choices=("mean_std", "min_max", "quantile"),
+                   help="Normalize mode of the observation and action fields (manifest statistics); the loss is "
+                        "in normalised units")
+    p.add_argument("--augment", action="store_true",
+                   help="RandomShift(4) + ColorJitter on the --camera fields, drawn per sample")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
@@ -68,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if (args.every or args.resume) and args.checkpoint is None:
         p.error("--every and --resume need --checkpoint")
+    if args.augment and not args.camera:
+        p.error("--augment augments the --camera fields: name them with --camera FIELD [FIELD ...]")
     if args.resume and not args.checkpoint.is_file():
         p.error(f"--resume: no checkpoint at {args.checkpoint}")
     return args
@@ -126,15 +143,15 @@ class Policy(nn.Module):
         return self.net(torch.cat(parts, dim=1)).view(-1, *self.action_shape)
 
 
-class Normaliser:
-    """(x - mean) / std per channel, from the manifest's statistics of the split."""
-
-    def __init__(self, stats: dict[str, Any]) -> None:
-        self.mean = torch.tensor(stats["mean"], dtype=torch.float32)  # [N]
-        self.std = torch.tensor(stats["std"], dtype=torch.float32).clamp_min(1e-6)  # [N]
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.float() - self.mean) / self.std
+def build_transform(stats: dict[str, Any], fields: list[str], mode: str, cameras: list[str],
+                    augment: bool) -> Compose:
+    """Per sample, in the DataLoader workers: Normalize the time-series fields by the split's
+    statistics, then (with `augment`) shift and colour-jitter the camera windows, one draw per window
+    from the sample's generator (so a resume or another worker count draws the same)."""
+    steps: list[Any] = [Normalize(stats, mode={name: mode for name in fields})]
+    if augment:
+        steps += [RandomShift(4, cameras=cameras), ColorJitter(0.2, 0.2, 0.2, 0.02, cameras=cameras)]
+    return Compose(steps)
 
 
 def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -168,14 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # same init on every rank (DDP also broadcasts rank 0's weights)
 
     dataset = ShardDataset(args.data, args.split, seed=args.seed, policy="pad")  # rank/world from the group
-    loader = ShardLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
-    schema, stats = dataset.manifest["schema"], dataset.manifest["stats"][args.split]
+    schema = dataset.manifest["schema"]
     obs_fields, action = choose_fields(schema, args.obs, args.action)
     for name in args.camera:
         if schema.get(name, {}).get("kind") != "video":
             raise SystemExit(f"train_example: {name!r} is not a video field of the export; video fields: "
                              f"{', '.join(sorted(n for n, s in schema.items() if s['kind'] == 'video')) or 'none'}")
-    norms = {name: Normaliser(stats[name]) for name in [*obs_fields, action]}
+    dataset.transform = build_transform(dataset.stats, [*obs_fields, action], args.normalize, args.camera,
+                                        args.augment)
+    loader = ShardLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
     model = Policy([tuple(schema[n]["shape"]) for n in obs_fields], [tuple(schema[n]["shape"]) for n in args.camera],
                    tuple(schema[action]["shape"]), args.hidden)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
@@ -207,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         for epoch in range(dataset.epoch, args.epochs):
             loader.set_epoch(epoch)  # no-op when resuming inside this epoch
             for batch in loader:
-                pred = net([(norms[n](batch[n]), batch[f"{n}_mask"]) for n in obs_fields],
+                pred = net([(batch[n], batch[f"{n}_mask"]) for n in obs_fields],  # normalised in the workers
                            [(batch[n], batch[f"{n}_mask"]) for n in args.camera])
-                loss = masked_mse(pred, norms[action](batch[action]), batch[f"{action}_mask"])
+                loss = masked_mse(pred, batch[action], batch[f"{action}_mask"])  # in normalised units
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # DDP averages the gradients over ranks here
                 optimizer.step()

@@ -268,12 +268,14 @@ def g1_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_train_example_on_real_g1_fields_with_a_camera_resumes_exactly(g1_export: Path, tmp_path: Path) -> None:
     """`state` -> `action` chosen from the manifest (no --obs/--action), the camera through the conv
-    encoder, 2 ranks on gloo: killed after step 3 (checkpoint at 2) and resumed, the same as uninterrupted."""
+    encoder, 2 ranks on gloo: killed after step 3 (checkpoint at 2) and resumed, the same as uninterrupted,
+    with quantile normalisation and the camera augmented per sample in the workers (`--normalize
+    quantile --augment`: the draws come from (seed, epoch, key), so the resumed run draws the same)."""
     # --workers 2, as the synthetic run: with 0 workers, a rank stopped mid-epoch by --max-steps aborted at
     # exit in about 1 of 4 runs ("terminate called without an active exception"), a teardown defect of
     # its own (see the session note), not of the resume this test checks
     common = ["--data", str(g1_export), "--epochs", "1", "--batch-size", "16", "--every", "2", "--hidden", "32",
-              "--camera", "cam", "--workers", "2"]
+              "--camera", "cam", "--workers", "2", "--normalize", "quantile", "--augment"]
     torchrun(TRAIN, *common, "--checkpoint", str(tmp_path / "full.pt"), "--log-file", str(tmp_path / "full.jsonl"))
     full = read_log(tmp_path / "full.jsonl")
     per_rank = -(-json.loads((g1_export / "manifest.json").read_text())["splits"]["train"]["samples"] // 2)
