@@ -237,6 +237,40 @@ def test_train_example_runs_without_torchrun(exports: dict[int, Path], tmp_path:
         assert abs(resumed[step]["loss"] - full[step]["loss"]) <= 1e-6
 
 
+def _train_module():
+    spec = importlib.util.spec_from_file_location("train_example", TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_example_normalize_and_augment_transform(tmp_path: Path) -> None:
+    """`--normalize MODE` is Normalize of the observation and action fields by the split's statistics
+    (exact bits); `--augment` shifts and jitters only the `--camera` fields, from the sample's generator
+    (the same draws for the same generator state); `--augment` without a camera is refused."""
+    import numpy as np
+
+    from robowds.reader.transforms import Normalize
+
+    module = _train_module()
+    stats = {"s": {"q01": [-1.0, 0.0], "q99": [1.0, 4.0], "mean": [0.0, 1.0], "std": [2.0, 2.0]},
+             "a": {"q01": [0.0], "q99": [2.0], "mean": [1.0], "std": [0.5]}}
+    frames = np.arange(2 * 16 * 16 * 3, dtype=np.uint8).reshape(2, 16, 16, 3)  # [T, H, W, 3]
+    sample = {"s": np.array([[0.5, 2.0]], np.float32), "a": np.array([[1.5], [3.0]], np.float32),
+              "cam": frames, "other": frames.copy()}
+    plain = module.build_transform(stats, ["s", "a"], "quantile", ["cam"], augment=False)
+    out = plain(sample, np.random.default_rng(0))
+    expected = Normalize(stats, mode="quantile", fields=["s", "a"])(sample)
+    assert out["s"].tobytes() == expected["s"].tobytes() and out["a"].tobytes() == expected["a"].tobytes()
+    assert out["a"].tolist() == [[0.5], [2.0]] and out["cam"] is frames  # 2 (x - q01) / (q99 - q01) - 1
+    augment = module.build_transform(stats, ["s", "a"], "quantile", ["cam"], augment=True)
+    first, again = (augment(sample, np.random.default_rng(7)) for _ in range(2))
+    assert first["cam"].tobytes() == again["cam"].tobytes() != frames.tobytes()  # drawn from the generator
+    assert first["other"] is sample["other"] and first["a"].tobytes() == expected["a"].tobytes()
+    with pytest.raises(SystemExit):
+        module.parse_args(["--data", str(tmp_path), "--augment"])
+
+
 @pytest.fixture(scope="module")
 def g1_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The vendored real G1 episodes (LeRobot v2.1: `state` and `action` at 30 Hz, AV1 camera) as a store,
