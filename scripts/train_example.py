@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if schema.get(name, {}).get("kind") != "video":
             raise SystemExit(f"train_example: {name!r} is not a video field of the export; video fields: "
                              f"{', '.join(sorted(n for n, s in schema.items() if s['kind'] == 'video')) or 'none'}")
+    # the transform needs the fields and statistics the dataset has just read from the manifest
     dataset.transform = build_transform(dataset.stats, [*obs_fields, action], args.normalize, args.camera,
                                         args.augment)
     loader = ShardLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
