@@ -108,13 +108,14 @@ def test_export_and_verify_json(exported: tuple[Path, Path], tmp_path: Path) -> 
     doc = json.loads(done.stdout)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert set(doc) == {"out", "up_to_date", "episodes", "rejected", "windows", "dropped_min_valid", "shards",
-                        "bytes", "seconds", "warnings"}
+                        "bytes", "seconds", "splits", "warnings"}
     assert (doc["episodes"], doc["rejected"], doc["up_to_date"]) == (3, 0, False)
+    assert doc["splits"] == manifest["report"]["splits"] == {"train": {"episodes": 3, "windows": doc["windows"]}}
     assert doc["windows"] == sum(s["samples"] for s in manifest["splits"].values())
     assert doc["shards"] == sum(len(s["shards"]) for s in manifest["splits"].values())
     assert done.stderr == ""  # --json turns the progress bars off
     again = json.loads(_run("export", str(store), str(tmp_path / "out"), "--json").stdout)
-    assert again["up_to_date"] is True and again["windows"] == doc["windows"]
+    assert again["up_to_date"] is True and (again["windows"], again["splits"]) == (doc["windows"], doc["splits"])
 
     done = _run("verify", str(out), "--json")
     assert done.returncode == 0, done.stderr

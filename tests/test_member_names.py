@@ -3,9 +3,9 @@
 A store field name may have 32 characters; its mask member is `<field>_mask.npy` (a 37-character
 field) and a jpg camera's window is `<field>.jpgs.msgpack`. The export used to stop with a
 `ShardFormatError` traceback after `validate` passed, because the member rule allowed only the store's
-32 characters. Long episode ids are cut to a 40-character key prefix, so with 6-digit anchors the
-longest name is 40 + 1 + 6 + 1 + 32 + 1 + 12 = 93 bytes: inside ustar's 100-byte name field, which
-is all wids reads (no PAX header needed). Checked here with a real export read back by robowds,
+32 characters. Long episode ids become a 40-character key prefix (27 characters and a hash), so
+with 6-digit anchors the longest name is 40 + 1 + 6 + 1 + 32 + 1 + 12 = 93 bytes: inside ustar's
+100-byte name field, which is all wids reads (no PAX header needed). Checked here with a real export read back by robowds,
 webdataset, wids and Megatron-Energon, byte for byte.
 """
 
@@ -33,7 +33,8 @@ from videos import gradient_frames, write_frames
 
 CAMERA = "observation_images_wrist_cam_rgb"  # 32 characters: the longest store field name
 EPISODE = "2026-11-27T13:45:00Z/franka_kitchen/pick_and_place/operator_0042/take_0001"  # 74 characters
-PREFIX = "2026-11-27T13-45-00Z-franka_kitchen-pick"  # its key prefix: 40 characters, ':' and '/' replaced
+# its key prefix: 40 characters: ':' and '/' replaced, cut to 27, then '-' and 12 hex digits of the id's hash
+PREFIX = "2026-11-27T13-45-00Z-franka-5df8293e2e64"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """Tests for the export plan (export/core/shard_plan.py): splits, key prefixes, window order, shard packing."""
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 
@@ -18,18 +19,27 @@ IDS20 = [f"ep_{i:04d}" for i in range(20)]
 
 # --- assign_splits ---
 
-def test_seeded_fractions_give_exact_rounded_counts() -> None:
+def _draw(episode_id: str, seed: int) -> float:
+    """The documented draw (shard_plan.split_draw's docstring), written out here so a change to it fails."""
+    digest = hashlib.blake2b(f"{seed}:{episode_id}".encode(), digest_size=8, person=b"robowds.split.v1").digest()
+    return int.from_bytes(digest, "big") / 2 ** 64
+
+
+def test_fractions_follow_the_documented_draw_exactly() -> None:
     rules = {"val": 0.1, "test": 0.3, "train": "rest"}
     out = assign_splits(IDS20, rules, seed=0)
     assert set(out) == set(IDS20)
-    assert Counter(out.values()) == {"val": 2, "test": 6, "train": 12}
+    expected = {ep: "val" if _draw(ep, 0) < 0.1 else "test" if _draw(ep, 0) < 0.1 + 0.3 else "train" for ep in IDS20}
+    assert out == expected
+    # the counts are what the draws give (binomial around 2 / 6 / 12), not rounded fractions
+    assert Counter(out.values()) == {"val": 5, "test": 4, "train": 11}
 
 
 @pytest.mark.parametrize("n, fraction, expected", [(7, 0.3, 2), (9, 0.3, 3), (11, 0.15, 2), (3, 0.0, 0), (3, 1.0, 3)])
-def test_fraction_count_is_rounded(n: int, fraction: float, expected: int) -> None:
+def test_fraction_count_is_what_the_draws_give(n: int, fraction: float, expected: int) -> None:
     ids = [f"e{i}" for i in range(n)]
     out = assign_splits(ids, {"val": fraction, "train": "rest"}, seed=3)
-    assert sum(v == "val" for v in out.values()) == expected
+    assert sum(v == "val" for v in out.values()) == expected == sum(_draw(e, 3) < fraction for e in ids)
     assert sum(v == "train" for v in out.values()) == n - expected
 
 
@@ -38,7 +48,7 @@ def test_assignment_is_deterministic_and_seeded() -> None:
     a = assign_splits(IDS20, rules, seed=1)
     assert a == assign_splits(IDS20, rules, seed=1)
     others = [assign_splits(IDS20, rules, seed=s) for s in range(2, 8)]
-    assert any(o != a for o in others)  # the seed matters (C(20,5) = 15504 possible val sets)
+    assert any(o != a for o in others)  # the seed matters
 
 
 @given(st.randoms(use_true_random=False), st.integers(0, 2**32 - 1))
@@ -50,14 +60,14 @@ def test_assignment_independent_of_input_order(rnd: random.Random, seed: int) ->
     assert assign_splits(shuffled, rules, seed) == assign_splits(IDS20, rules, seed)
 
 
-def test_explicit_lists_take_precedence_and_fractions_use_the_remaining_episodes() -> None:
+def test_explicit_lists_take_precedence_and_fractions_draw_the_remaining_episodes() -> None:
     ids = [f"e{i}" for i in range(10)]
     rules = {"val": 0.5, "test": ["e3", "e7"], "train": "rest"}
     out = assign_splits(ids, rules, seed=0)
     assert out["e3"] == out["e7"] == "test"
-    assert sum(v == "test" for v in out.values()) == 2
-    assert sum(v == "val" for v in out.values()) == 4  # round(0.5 * 8 remaining)
-    assert sum(v == "train" for v in out.values()) == 4
+    free = [e for e in ids if e not in ("e3", "e7")]
+    assert {e: out[e] for e in free} == {e: "val" if _draw(e, 0) < 0.5 else "train" for e in free}
+    assert Counter(out.values()) == {"test": 2, "val": 3, "train": 5}
 
 
 def test_declared_split_takes_precedence_over_lists_and_fractions() -> None:
@@ -67,16 +77,17 @@ def test_declared_split_takes_precedence_over_lists_and_fractions() -> None:
     out = assign_splits(ids, rules, seed=0, declared=declared)
     assert out["e0"] == "holdout"  # a declared split need not be in the rules
     assert out["e1"] == "val" and out["e2"] == "test" and out["e5"] == "test"
-    # 6 episodes remain free: val gets round(0.5 * 6) = 3 of them, plus the declared e1
+    free = [e for e in ids if e not in ("e0", "e1", "e2", "e5")]  # 6 drawn: val when the draw is < 0.5
+    assert {e: out[e] for e in free} == {e: "val" if _draw(e, 0) < 0.5 else "train" for e in free}
     assert Counter(out.values()) == {"holdout": 1, "val": 4, "test": 2, "train": 3}
 
 
 def test_declared_episodes_are_not_reshuffled_by_other_rules() -> None:
     ids = [f"e{i}" for i in range(10)]
     rules = {"val": 0.3, "train": "rest"}
-    with_decl = assign_splits(ids, rules, seed=5, declared={"e4": "val"})
-    assert with_decl["e4"] == "val"
-    assert sum(v == "val" for v in with_decl.values()) == 1 + 3  # round(0.3 * 9) = 3 free ones
+    with_decl = assign_splits(ids, rules, seed=5, declared={"e8": "train"})
+    assert with_decl["e8"] == "train" and _draw("e8", 5) < 0.3  # the draw alone would have put it in val
+    assert with_decl == {**assign_splits(ids, rules, seed=5), "e8": "train"}  # the others drew as without it
 
 
 def test_unknown_id_in_list_is_a_user_error() -> None:
@@ -127,30 +138,38 @@ def test_safe_ids_are_kept_as_they_are() -> None:
     assert _check_prefixes(["ep_0001", "Ep-2", "x"]) == {"ep_0001": "ep_0001", "Ep-2": "Ep-2", "x": "x"}
 
 
-def test_unsafe_characters_are_replaced() -> None:
-    assert _check_prefixes(["run 1/ep.3", "épi"]) == {"run 1/ep.3": "run-1-ep-3", "épi": "-pi"}
+def _hashed(episode_id: str) -> str:
+    """The documented hash suffix of a changed id (shard_plan.key_prefix's docstring), written out."""
+    return hashlib.blake2b(episode_id.encode(), digest_size=6, person=b"robowds.key.v1").hexdigest()
 
 
-def test_empty_id_becomes_ep() -> None:
-    assert _check_prefixes([""]) == {"": "ep"}
+def test_unsafe_characters_are_replaced_and_the_id_hash_appended() -> None:
+    assert _check_prefixes(["run 1/ep.3", "épi"]) == {"run 1/ep.3": f"run-1-ep-3-{_hashed('run 1/ep.3')}",
+                                                     "épi": f"-pi-{_hashed('épi')}"}
 
 
-def test_collisions_get_their_sorted_position_appended() -> None:
+def test_empty_id_becomes_ep_and_its_hash() -> None:
+    assert _check_prefixes([""]) == {"": f"ep-{_hashed('')}"}
+
+
+def test_ids_that_would_collide_are_told_apart_by_their_own_hash() -> None:
     out = _check_prefixes(["a.b", "a-b", "c", "a/b"])
-    # sorted ids: "a-b" (0), "a.b" (1), "a/b" (2), "c" (3)
-    assert out == {"a-b": "a-b-000000", "a.b": "a-b-000001", "a/b": "a-b-000002", "c": "c"}
+    # "a-b" is tar-safe: kept; the others are changed, so they carry their id's hash, whoever else exists
+    assert out == {"a-b": "a-b", "a.b": f"a-b-{_hashed('a.b')}", "a/b": f"a-b-{_hashed('a/b')}", "c": "c"}
+    assert key_prefixes(["a.b"]) == {"a.b": out["a.b"]}
 
 
-def test_empty_id_colliding_with_ep() -> None:
-    assert _check_prefixes(["ep", ""]) == {"": "ep-000000", "ep": "ep-000001"}
+def test_empty_id_next_to_ep() -> None:
+    assert _check_prefixes(["ep", ""]) == {"": f"ep-{_hashed('')}", "ep": "ep"}
 
 
 def test_long_ids_are_shortened_and_stay_unique() -> None:
-    ids = ["x" * 50 + "1", "x" * 50 + "2", "y" * 45]
+    ids = ["x" * 50 + "1", "x" * 50 + "2", "y" * 45, "z" * 40]
     out = _check_prefixes(ids)
-    assert out["y" * 45] == "y" * 40
-    assert out["x" * 50 + "1"] == "x" * 32 + "-000000"
-    assert out["x" * 50 + "2"] == "x" * 32 + "-000001"
+    assert out["z" * 40] == "z" * 40  # 40 characters: kept
+    assert out["y" * 45] == "y" * 27 + "-" + _hashed("y" * 45)
+    assert out["x" * 50 + "1"] == "x" * 27 + "-" + _hashed("x" * 50 + "1")
+    assert out["x" * 50 + "2"] == "x" * 27 + "-" + _hashed("x" * 50 + "2")
 
 
 def test_prefixes_do_not_depend_on_input_order() -> None:
@@ -158,8 +177,11 @@ def test_prefixes_do_not_depend_on_input_order() -> None:
     assert key_prefixes(ids) == key_prefixes(list(reversed(ids)))
 
 
-def test_disambiguated_prefix_cannot_collide_with_another_id() -> None:
-    _check_prefixes(["a.b", "a-b", "a-b-000000"])
+def test_an_id_spelling_another_ids_hashed_prefix_is_a_user_error() -> None:
+    clash = f"a-b-{_hashed('a.b')}"  # tar-safe, so kept as it is: the same prefix as "a.b"'s
+    with pytest.raises(UserError, match=rf"episodes '{clash}' and 'a.b' get the same sample key prefix") as info:
+        key_prefixes(["a.b", clash])
+    assert "rename one of them" in (info.value.hint or "")
 
 
 @given(st.lists(st.text(alphabet="ab.-_/ é", max_size=6), unique=True, max_size=12))

@@ -52,9 +52,11 @@ def test_default_small_export_has_min_shards_and_plain_webdataset_reads_with_2_w
 def test_report_counts_episodes_and_windows_per_split(store: Path, tmp_path: Path) -> None:
     manifest = _export(store, tmp_path / "out", "--set", "splits.val=0.25")
     splits = manifest["splits"]
+    # seed 0 draws 0.886, 0.306, 0.048, 0.029 for ep_0000..ep_0003 (shard_plan.split_draw): two below 0.25
+    assert splits["val"]["episodes"] == ["ep_0002", "ep_0003"]
     assert manifest["report"]["splits"] == {
-        "train": {"episodes": 3, "windows": splits["train"]["samples"]},
-        "val": {"episodes": 1, "windows": splits["val"]["samples"]}}
+        "train": {"episodes": 2, "windows": splits["train"]["samples"]},
+        "val": {"episodes": 2, "windows": splits["val"]["samples"]}}
     assert splits["train"]["samples"] + splits["val"]["samples"] == manifest["report"]["windows"]["emitted"]
     assert splits["val"]["samples"] > 0
 
@@ -63,13 +65,17 @@ def test_requested_split_without_episodes_is_a_warning(tmp_path: Path, capsys: p
     store = tmp_path / "store"
     write_synthetic_store(store, episodes=5, seed=2)
     capsys.readouterr()
-    manifest = _export(store, tmp_path / "out", "--set", "splits.val=0.1")  # 0.1 x 5 rounds to 0
-    assert manifest["report"]["splits"] == {"train": {"episodes": 5, "windows": manifest["splits"]["train"]["samples"]},
+    # seed 0 draws 0.886, 0.306, 0.048, 0.029, 0.851 for the 5 episodes (shard_plan.split_draw): none below 0.02
+    manifest = _export(store, tmp_path / "out", "--set", "splits.val=0.02")
+    train = manifest["splits"]["train"]["samples"]
+    assert manifest["report"]["splits"] == {"train": {"episodes": 5, "windows": train},
                                             "val": {"episodes": 0, "windows": 0}}
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1:] == ["warning: split 'val' got no episode (of 5 exported): its shard list is empty; check "
-                         "splits.val in the export config (a fraction of a few episodes rounds to 0: give a list "
-                         "of episode ids instead)"]
+    assert lines[1:] == [f"splits: train 5 episodes ({train} windows), val 0 episodes (0 windows)",
+                         "warning: split 'val' got no episode (of 5 exported): its shard list is empty; splits.val: "
+                         "0.02 is a fraction, which holds on average only (each episode's split is drawn from a hash "
+                         "of its id and the seed, so a few episodes can give none); list the split's episode ids "
+                         "instead (splits.val: [id, ...]) or set another seed (--set seed=1)"]
 
 
 def test_default_rest_split_emptied_by_the_store_split_column_is_no_warning(
@@ -85,8 +91,13 @@ def test_default_rest_split_emptied_by_the_store_split_column_is_no_warning(
     manifest = _export(store, tmp_path / "out")
     assert {name: counts["episodes"] for name, counts in manifest["report"]["splits"].items()} == {
         "train": 0, "training": 3, "validation": 1}
-    assert len(capsys.readouterr().out.splitlines()) == 1  # the summary line, no warning
+    windows = {name: counts["windows"] for name, counts in manifest["report"]["splits"].items()}
+    assert capsys.readouterr().out.splitlines()[1:] == [  # the per-split counts, no warning
+        f"splits: train 0 episodes (0 windows), training 3 episodes ({windows['training']} windows), "
+        f"validation 1 episode ({windows['validation']} windows)"]
     _export(store, tmp_path / "out2", "--set", "splits.val=0.5")
-    assert capsys.readouterr().out.splitlines()[1:] == [
-        "warning: split 'val' got no episode (of 4 exported): its shard list is empty; check splits.val in "
-        "the export config (a fraction of a few episodes rounds to 0: give a list of episode ids instead)"]
+    assert capsys.readouterr().out.splitlines()[2:] == [
+        "warning: split 'val' got no episode (of 4 exported): its shard list is empty; splits.val: 0.5 is a "
+        "fraction, which holds on average only (each episode's split is drawn from a hash of its id and the "
+        "seed, so a few episodes can give none); list the split's episode ids instead (splits.val: [id, ...]) "
+        "or set another seed (--set seed=1)"]

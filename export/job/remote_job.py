@@ -44,6 +44,7 @@ from typing import Any, Iterable
 from tqdm import tqdm
 
 from robowds.export.errors import UserError
+from robowds.export.job.report import other_export
 from robowds.export.job.shards import ShardTask
 from robowds.export.job.side_files import PATHS as SIDE_PATHS
 from robowds.export.output.energon import FILES as ENERGON_FILES
@@ -179,8 +180,7 @@ def prepare_remote(out: RemoteOut, job_id: str, overwrite: bool) -> RemoteState 
         raise UserError(f"{out.url} is not empty and holds no robowds export",
                         hint="choose an empty or new prefix (robowds never replaces objects it did not write)")
     if old is not None and old.get("job_id") != job_id and not overwrite:
-        raise UserError(f"{out.url} holds a finished export of a different store or config",
-                        hint="pass --overwrite to replace it, or choose another output URL")
+        raise other_export(out.url, old, "pass --overwrite to replace it, or choose another output URL")
     same_job = JOB in work and _job_of(out.get(JOB)) == job_id
     if work and not same_job:
         _discard(out, old, listing)  # a partial upload of another store/config: useless

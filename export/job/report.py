@@ -8,6 +8,7 @@ import numpy as np
 
 from robowds.export import __version__
 from robowds.export.core.precision import PrecisionLoss, loss_fix, loss_text, worst
+from robowds.export.core.shard_plan import PLAN_VERSION
 from robowds.export.core.stats import FieldStats, StatsAccumulator
 from robowds.export.errors import UserError
 from robowds.export.job.build import output_dtype
@@ -160,9 +161,24 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
             if rel.key in folded.get(split, {}):
                 stats[split][rel.key] = {**folded[split][rel.key].summary(), "relative_to": rel.relative_to()}
     version = FORMAT_VERSION if job.build.layout == "members" else LAYOUT_VERSION  # older readers refuse npz
-    return {"format": FORMAT, "format_version": version, "tool_version": __version__, "job_id": job_id,
+    # plan_version: how splits and keys were drawn (shard_plan.PLAN_VERSION; absent before 2), so a later
+    # step that must place new episodes as this export placed its own can tell
+    return {"format": FORMAT, "format_version": version, "tool_version": __version__, "plan_version": PLAN_VERSION,
+            "job_id": job_id,
             "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,
             "splits": splits, "stats": stats, "report": export_report(schema.location, records, shards, split_names)}
+
+
+def other_export(where: str, doc: dict[str, Any], hint: str) -> UserError:
+    """The error for an OUT that holds a finished export of another job. An export whose manifest has
+    no `plan_version`, or an older one, was planned by a robowds that drew splits and keys another way
+    (before plan 2: a permutation of all ids): said so, since the user changed neither store nor config."""
+    plan = doc.get("plan_version")
+    if not isinstance(plan, int) or plan < PLAN_VERSION:
+        return UserError(f"{where} holds an export made by an older robowds (plan version {plan or 1}), which drew "
+                         f"episodes' splits and sample keys differently from this one (plan version {PLAN_VERSION}: "
+                         "each episode's split now depends on its id and the seed alone)", hint=hint)
+    return UserError(f"{where} holds a finished export of a different store or config", hint=hint)
 
 
 def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -270,6 +286,18 @@ def export_report(store: "StoreLocation", records: list[dict[str, Any]], shards:
     }
 
 
+def _empty_split(name: str, rule: Any, exported: int) -> str:
+    """The warning for a split the config asked for that got no episode. A fraction is drawn per
+    episode (shard_plan.assign_splits), so a small store can leave it empty, which is not an error:
+    the fix is to place episodes explicitly or draw again with another seed."""
+    head = f"split {name!r} got no episode (of {exported} exported): its shard list is empty; "
+    if isinstance(rule, (int, float)) and not isinstance(rule, bool) and rule > 0:
+        return (head + f"splits.{name}: {rule:g} is a fraction, which holds on average only (each episode's split "
+                f"is drawn from a hash of its id and the seed, so a few episodes can give none); list the "
+                f"split's episode ids instead (splits.{name}: [id, ...]) or set another seed (--set seed=1)")
+    return head + f"check splits.{name} in the export config"
+
+
 def report_warnings(report: dict[str, Any], split_rules: dict[str, Any] | None = None) -> list[str]:
     """One line per thing in the export report that changes what training sees without failing.
 
@@ -284,9 +312,7 @@ def report_warnings(report: dict[str, Any], split_rules: dict[str, Any] | None =
         if not counts["episodes"] and (name not in rules or (rules[name] == "rest" and by_column)):
             continue
         if not counts["episodes"]:
-            out.append(f"split {name!r} got no episode (of {exported} exported): its shard list is empty; "
-                       f"check splits.{name} in the export config (a fraction of a few episodes rounds to 0: "
-                       "give a list of episode ids instead)")
+            out.append(_empty_split(name, rules.get(name), exported))
         elif not counts["windows"] and report["windows"]["emitted"]:  # none at all: the summary says so
             out.append(f"split {name!r} got {counts['episodes']} episode(s) but no window; check the window "
                        "config and min_valid_fraction")

@@ -33,13 +33,14 @@ from typing import Any, Iterable
 from tqdm import tqdm
 
 from robowds.export import __version__
+from robowds.export.core.shard_plan import PLAN_VERSION
 from robowds.export.errors import UserError
 from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.executors.profile import JobProfile
 from robowds.export.job.config import snap_notes
 from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader, abandon_remote, default_work_root,
                                            local_work_dir, pending, prepare_remote, publish_remote)
-from robowds.export.job.report import SplitStats, build_manifest, report_warnings
+from robowds.export.job.report import SplitStats, build_manifest, other_export, report_warnings
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
 from robowds.export.job.side_files import side_files
 from robowds.export.job.spec import JobSpec, resolve
@@ -74,19 +75,28 @@ class Summary:
     warnings: tuple[str, ...] = ()  # what the report holds that a user must not miss
     notes: tuple[str, ...] = ()  # what the export took differently from the config's letter (snapped offsets)
     profile: dict[str, Any] | None = None  # CPU and wall seconds per phase (JobProfile.to_json)
+    # split -> {"episodes", "windows"}: what each split really got (the manifest's report.splits); fractions
+    # hold in expectation only (shard_plan.assign_splits), so the counts are shown, not assumed
+    splits: dict[str, dict[str, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """What `export --json` prints."""
         return {"out": str(self.out), "up_to_date": self.up_to_date, "episodes": self.episodes,
                 "rejected": self.rejected, "windows": self.windows, "dropped_min_valid": self.dropped,
                 "shards": self.shards, "bytes": self.bytes, "seconds": round(self.seconds, 3),
-                "warnings": list(self.warnings), **({"notes": list(self.notes)} if self.notes else {})}
+                "splits": self.splits or {}, "warnings": list(self.warnings),
+                **({"notes": list(self.notes)} if self.notes else {})}
 
     def line(self) -> str:
         if self.up_to_date:
             return f"{self.out}: export is up to date ({self.windows} windows in {self.shards} shards); nothing to do"
         dropped = f" ({self.dropped} below min_valid_fraction, not emitted)" if self.dropped else ""
-        warning = "\nwarning: no window was emitted; check the window config" if not self.windows else ""
+        per_split = ""
+        if self.splits and len(self.splits) > 1:  # one split: the line above says it all
+            per_split = "\nsplits: " + ", ".join(f"{name} {c['episodes']} episode{'s' * (c['episodes'] != 1)} "
+                                                   f"({c['windows']} windows)" for name, c in self.splits.items())
+        warning = per_split
+        warning += "\nwarning: no window was emitted; check the window config" if not self.windows else ""
         warning += "".join(f"\nwarning: {w}" for w in self.warnings)
         warning += "".join(f"\nnote: {n}" for n in self.notes)
         return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
@@ -94,7 +104,11 @@ class Summary:
 
 
 def _job_id(fingerprint_hex: str, resolved: dict[str, Any]) -> str:
-    doc = json.dumps({"source": fingerprint_hex, "config": resolved, "tool": __version__}, sort_keys=True)
+    """The export's identity: store fingerprint, resolved config, tool version and `PLAN_VERSION` (how
+    splits and keys are drawn), so an export planned by an older rule (robowds before plan 2 drew
+    splits from a permutation of all ids) is neither found up to date nor resumed: it is rebuilt."""
+    doc = json.dumps({"source": fingerprint_hex, "config": resolved, "tool": __version__, "plan": PLAN_VERSION},
+                     sort_keys=True)
     return hashlib.sha256(doc.encode()).hexdigest()
 
 
@@ -117,8 +131,7 @@ def _prepare_out(out: Path, job_id: str, overwrite: bool) -> Path | dict[str, An
         remove_work(work)
         return doc
     if doc is not None and doc.get("job_id") != job_id and not overwrite:
-        raise UserError(f"{out} holds a finished export of a different store or config",
-                        hint="pass --overwrite to replace it, or choose another output folder")
+        raise other_export(str(out), doc, "pass --overwrite to replace it, or choose another output folder")
     return _prepare_work(work, job_id)
 
 
@@ -209,7 +222,7 @@ def _export_locked(store: StoreLocation, out: Path | str, remote: RemoteOut | No
         windows = sum(s["samples"] for s in doc["splits"].values())
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True,
-                       notes=notes)
+                       notes=notes, splits=doc["report"].get("splits"))
     job = replace(job, work=str(work), source=source)
     try:
         return replace(_run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor,
@@ -317,4 +330,4 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in shard_records.values()), len(tasks),
                    total_bytes, time.perf_counter() - began, manifest["report"]["windows"]["dropped_min_valid"],
                    warnings=(*report_warnings(manifest["report"], manifest["config"]["splits"]), *kept),
-                   profile=profile.to_json())
+                   profile=profile.to_json(), splits=manifest["report"]["splits"])
