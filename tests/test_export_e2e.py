@@ -16,6 +16,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.core.shard_plan import split_draw
 from robowds.reader.format import decode_npy, group_samples, iter_members
 from robowds.reader.manifest import parse_manifest, read_local_index, shards_of
 
@@ -55,7 +56,9 @@ def test_validate_then_export_then_verify(store: Path, exported: Path, capsys: p
     assert "24 windows recomputed from the store: OK" in out
     manifest = json.loads((exported / "manifest.json").read_text())
     assert set(manifest["splits"]) == {"train", "val"}
-    assert len(manifest["splits"]["val"]["episodes"]) == round(0.2 * 12)
+    ids = [f"ep_{i:04d}" for i in range(12)]  # seed 0's draws below 0.2 (shard_plan.split_draw)
+    assert manifest["splits"]["val"]["episodes"] == [e for e in ids if split_draw(e, 0) < 0.2] == [
+        "ep_0002", "ep_0003", "ep_0006"]
     assert not set(manifest["splits"]["val"]["episodes"]) & set(manifest["splits"]["train"]["episodes"])
     assert manifest["schema"]["joints"]["shape"] == [50, 7] and manifest["schema"]["imu"]["shape"] == [50, 6]
     stats = manifest["stats"]["train"]["joints"]
