@@ -3,7 +3,7 @@ export, read by the reader and by verify.
 
 ```
 {
-  "format": "robowds-manifest", "format_version": 2, "tool_version": "0.1.0",
+  "format": "robowds-manifest", "format_version": 2, "tool_version": "0.1.0", "plan_version": 2,
   "source": {"fingerprint": sha256, "episodes": int},
   "config": {...resolved export config...},
   "schema": {field: {"kind", "dtype", "shape", "member", "mask_member"?, "rate_hz"?, "duration_s"?,
@@ -20,6 +20,9 @@ export, read by the reader and by verify.
 `files` lists the export's side files (`export/job/side_files.py`: per-episode identity and the
 mergeable statistics state, for `export --append` and `verify`); readers never read them, so the
 key is optional (exports before it lack it) and adding it kept the format version.
+`plan_version` (absent before 2) says how the export drew each episode's split and key prefix
+(`export/core/shard_plan.PLAN_VERSION`); the reader does not need it.
+
 Per-sample byte offsets live next to each shard, in `<path>.idx` (for `train/shard-000000.tar`:
 `train/shard-000000.tar.idx`), Megatron-Energon's tar index layout: `samples + 1` little-endian
 uint64, entry i the byte offset of sample i's first tar header, the last one the end of the last
