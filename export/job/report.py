@@ -164,9 +164,9 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
     # plan_version: how splits and keys were drawn (shard_plan.PLAN_VERSION; absent before 2), so a later
     # step that must place new episodes as this export placed its own can tell
     return {"format": FORMAT, "format_version": version, "tool_version": __version__, "plan_version": PLAN_VERSION,
-            "job_id": job_id,
-            "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved, "schema": fields,
-            "splits": splits, "stats": stats, "report": export_report(schema.location, records, shards, split_names)}
+            "job_id": job_id, "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved,
+            "schema": fields, "splits": splits, "stats": stats,
+            "report": export_report(schema.location, records, shards, split_names)}
 
 
 def other_export(where: str, doc: dict[str, Any], hint: str) -> UserError:

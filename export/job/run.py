@@ -91,11 +91,10 @@ class Summary:
         if self.up_to_date:
             return f"{self.out}: export is up to date ({self.windows} windows in {self.shards} shards); nothing to do"
         dropped = f" ({self.dropped} below min_valid_fraction, not emitted)" if self.dropped else ""
-        per_split = ""
+        warning = ""
         if self.splits and len(self.splits) > 1:  # one split: the line above says it all
-            per_split = "\nsplits: " + ", ".join(f"{name} {c['episodes']} episode{'s' * (c['episodes'] != 1)} "
-                                                   f"({c['windows']} windows)" for name, c in self.splits.items())
-        warning = per_split
+            warning = "\nsplits: " + ", ".join(f"{name} {c['episodes']} episode{'s' * (c['episodes'] != 1)} "
+                                                 f"({c['windows']} windows)" for name, c in self.splits.items())
         warning += "\nwarning: no window was emitted; check the window config" if not self.windows else ""
         warning += "".join(f"\nwarning: {w}" for w in self.warnings)
         warning += "".join(f"\nnote: {n}" for n in self.notes)
