@@ -20,6 +20,7 @@ export, read by the reader and by verify.
 `files` lists the export's side files (`export/job/side_files.py`: per-episode identity and the
 mergeable statistics state, for `export --append` and `verify`); readers never read them, so the
 key is optional (exports before it lack it) and adding it kept the format version.
+
 `plan_version` (absent before 2) says how the export drew each episode's split and key prefix
 (`export/core/shard_plan.PLAN_VERSION`); the reader does not need it.
 
