@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from fork_runner import ForkRunner
 from videos import write_video
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,15 +96,40 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+PRELOAD = "import numpy, torch, torch.utils.data, robowds.reader.dataset, robowds.reader.loader, robowds.export.cli.main"
+
+
+@pytest.fixture(scope="module")
+def forks() -> Iterator[ForkRunner]:
+    """Each block runs as `python block.py` would, in a fork of one interpreter that imported torch and
+    robowds once (tests/fork_runner.py), instead of a fresh interpreter per block."""
+    runner = ForkRunner(PRELOAD, _env())
+    yield runner
+    runner.close()
+
+
 @pytest.mark.parametrize("line,code,skip", readme_blocks("python"), ids=lambda v: v if isinstance(v, str) and ":" in v and "\n" not in v else "")
-def test_python_block_runs(line: str, code: str, skip: str | None, exported: Path, tmp_path: Path) -> None:
+def test_python_block_runs(line: str, code: str, skip: str | None, exported: Path, tmp_path: Path,
+                           forks: ForkRunner) -> None:
     if skip:
         pytest.skip(skip)
     work = tmp_path / "work"
     work.mkdir()
     (work / "OUT").symlink_to(exported / "OUT")
     (work / "block.py").write_text(code)
-    _run([sys.executable, "block.py"], work)
+    status, out, err = forks.run(work / "block.py", work)
+    assert status == 0, f"{line}: exit {status}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+
+
+def test_a_failing_block_is_reported(forks: ForkRunner, tmp_path: Path) -> None:
+    """The fork runner gives a block's exit status and output, as a fresh interpreter would."""
+    (tmp_path / "ok.py").write_text("import sys\nprint('out', sys.argv[0].endswith('ok.py'))\nprint('err', file=sys.stderr)\n")
+    assert forks.run(tmp_path / "ok.py", tmp_path) == (0, "out True\n", "err\n")
+    (tmp_path / "bad.py").write_text("print('before')\nraise KeyError('nope')\n")
+    status, out, err = forks.run(tmp_path / "bad.py", tmp_path)
+    assert status == 1 and out == "before\n" and "KeyError: 'nope'" in err
+    (tmp_path / "exit.py").write_text("import sys\nsys.exit(3)\n")
+    assert forks.run(tmp_path / "exit.py", tmp_path)[0] == 3
 
 
 # --- yaml ---
