@@ -12,9 +12,10 @@ $(PY):
 
 venv: $(PY)
 
-# the whole suite is ~5-7 minutes on 2 cores; past 40 it is stuck: stop it and print what ran
+# the whole suite is ~9 minutes on 2 cores (worksteal: an idle worker takes tests from the other, so
+# the slowest tests do not end the run on one core); past 40 it is stuck: stop it and print what ran
 test: $(PY)
-	timeout -k 30 2400 $(PY) -m pytest -q -n 2 --durations=15 tests
+	timeout -k 30 2400 $(PY) -m pytest -q -n 2 --dist worksteal --durations=15 tests
 
 demo: $(PY)
 	$(VENV)/bin/robowds demo

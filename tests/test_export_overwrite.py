@@ -364,9 +364,9 @@ def test_sigkill_before_each_change_to_out_then_rerun(store: Path, old: Path, re
     """Kill the overwrite right before its 1st, 2nd, ... rename or deletion in OUT (publish is all of
     them), then re-run the same command: NOTES.md and the other user files survive, bytes identical.
 
-    Which changes: the first 10, then every 3rd (the middle of a publish is the same step repeated per
+    Which changes: the first 6, then every 4th (the middle of a publish is the same step repeated per
     shard), then every one of the last before the export completes (where the manifest lands). About
-    25 of the ~50 changes, each a killed run and a re-run."""
+    20 of the ~50 changes, each a killed run and a re-run."""
     old_tree = tree_bytes(old)
 
     def killed_before(budget: int) -> bool:
@@ -386,7 +386,7 @@ def test_sigkill_before_each_change_to_out_then_rerun(store: Path, old: Path, re
 
     budget, tried = 0, 0
     while killed_before(budget):  # stride 1, then 3, until a run completes
-        tried, budget = budget, budget + (1 if budget < 10 else 3)
+        tried, budget = budget, budget + (1 if budget < 6 else 4)
     for skipped in range(tried + 1, budget):  # the last changes before the end, each one
         if not killed_before(skipped):
             budget = skipped  # the run has `skipped` changes
