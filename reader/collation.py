@@ -38,11 +38,11 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from robowds.reader.format import MASK_SUFFIX
 from robowds.reader.layout import RawArray
 
 PAD_MODES = ("batch_max", "max_len", "multiple_of")
 PAD_MASK_SUFFIX = "_pad_mask"
-MASK_SUFFIX = "_mask"
 _SPEC_KEYS = frozenset({"pad", "max_len", "multiple_of", "pad_value"})
 _NUMERIC_KINDS = "biufc"  # bool, int, uint, float, complex: what torch.from_numpy takes
 _IMAGE_CHANNELS = (1, 3, 4)

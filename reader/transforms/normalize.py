@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from robowds.reader.format import MASK_SUFFIX  # `<field>_mask` bool [T] (True = a real step)
+
 MODES = ("mean_std", "min_max", "quantile")
 _NEEDS = {"mean_std": ("mean", "std"), "min_max": ("min", "max"), "quantile": ("q01", "q99")}
-MASK_SUFFIX = "_mask"  # `<field>_mask` bool [T] (True = a real step), as exported and collated
 BIAS = {"mean_std": 0.0, "min_max": -1.0, "quantile": -1.0}  # added after the scaling
 _COMPUTE = (np.dtype(np.float32), np.dtype(np.float64))  # dtypes computed in themselves; others in float32
 

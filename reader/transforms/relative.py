@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from robowds.reader.format import MASK_SUFFIX  # `<field>_mask` bool [T] (True = a real step)
+
 RELATIVE_SUFFIX = ".relative"  # manifest["stats"][split]["<action>.relative"]: no field name has a dot
-MASK_SUFFIX = "_mask"  # `<field>_mask` bool [T] (True = a real step), as exported and collated
 OPTION = "stats: {relative: {<action>: <state>}}"  # the export option that writes the entry
 
 
