@@ -1,7 +1,8 @@
-"""Run Python scripts in forks of one interpreter that has imported torch and robowds already.
+"""Run Python scripts in forks of one interpreter that has run a preload (imports) once.
 
-A fresh interpreter per documentation block (tests/test_readme_blocks.py) spent ~2 s of each block's
-run importing torch and robowds, ~50 s over the docs' blocks on 2 cores. Each script still runs in a
+A fresh interpreter per documentation block (tests/test_readme_blocks.py: torch and robowds
+preloaded) spent ~2 s of each block's run importing torch and robowds, ~50 s over the docs' blocks on
+2 cores; the import-order checks (tests/test_reader_imports.py: torch preloaded, robowds not) ~57 s. Each script still runs in a
 process of its own, as `python script.py` would: its own `__main__` module with `__file__` set (so
 DataLoader workers started with `spawn` re-import it), its working folder, argv, stdout and stderr
 in files, and its exit status; nothing a script does reaches the next one. The server forks before

@@ -10,13 +10,15 @@ own interpreter. The names come from the docs themselves, so a newly documented 
 from __future__ import annotations
 
 import importlib
-import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fork_runner import ForkRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
@@ -61,44 +63,14 @@ def run_fresh(code: str) -> str:
     return done.stdout
 
 
-# Runs each case in a fork of one interpreter that has imported the third-party libraries the reader
-# uses, but nothing of robowds: the order-dependent faults above live in robowds.reader's own imports,
-# which every fork does afresh. A new interpreter per case (importing torch each time) took ~57 s for
-# the suite's ~40 cases on 2 cores; this takes a few seconds.
-FORK_DRIVER = """
-import json, os, sys, traceback
-import numpy, torch, torch.utils.data, fsspec, pyarrow
+# Each case runs in a fork of one interpreter that has imported the third-party libraries the reader
+# uses, but nothing of robowds (tests/fork_runner.py): the order-dependent faults above live in
+# robowds.reader's own imports, which every fork does afresh. A new interpreter per case (importing
+# torch each time) took ~57 s for the suite's ~40 cases on 2 cores; this takes a few seconds.
+PRELOAD = """
+import sys, numpy, torch, torch.utils.data, fsspec, pyarrow
 assert not any(m == "robowds" or m.startswith("robowds.") for m in sys.modules), "robowds imported before the forks"
-cases, results = json.loads(sys.stdin.read()), {}
-for key, code in cases.items():
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        out = os.fdopen(write, "w")
-        sys.stdout = sys.stderr = out
-        try:
-            exec(compile(code, key, "exec"), {"__name__": "__main__"})
-            status = 0
-        except BaseException:
-            traceback.print_exc()
-            status = 1
-        out.flush()
-        os._exit(status)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        text = pipe.read()
-    results[key] = [os.waitpid(pid, 0)[1], text]
-print(json.dumps(results))
 """
-
-
-def run_forked(cases: dict[str, str]) -> dict[str, tuple[int, str]]:
-    """{case: (wait status, its output)} for each code of `cases`, each in its own fork (FORK_DRIVER)."""
-    done = subprocess.run([sys.executable, "-c", FORK_DRIVER], cwd=ROOT, input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {k: (status, text) for k, (status, text) in json.loads(done.stdout.splitlines()[-1]).items()}
 
 
 CASES = {**{f"from {name}": f"from robowds.reader import {name}\n" + CHECK_ALL.format(names=NAMES) for name in NAMES},
@@ -110,8 +82,20 @@ CASES = {**{f"from {name}": f"from robowds.reader import {name}\n" + CHECK_ALL.f
 
 
 @pytest.fixture(scope="module")
-def forked() -> dict[str, tuple[int, str]]:
-    return run_forked(CASES)
+def forked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
+    """{case: (exit status, stdout, stderr)} of every case of CASES, each run as a script in its own fork."""
+    folder = tmp_path_factory.mktemp("imports")
+    runner = ForkRunner(PRELOAD, dict(os.environ))
+    try:
+        results = {}
+        for i, (key, code) in enumerate(CASES.items()):
+            case = folder / f"case{i}"
+            case.mkdir()
+            (case / "case.py").write_text(code)
+            results[key] = runner.run(case / "case.py", case)
+        return results
+    finally:
+        runner.close()
 
 
 def test_readme_names_were_found() -> None:
@@ -123,37 +107,37 @@ def test_readme_names_were_found() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_from_import_first(name: str, forked: dict[str, tuple[int, str]]) -> None:
+def test_from_import_first(name: str, forked: dict[str, tuple[int, str, str]]) -> None:
     """`from robowds.reader import X` as the first import, then every other name both ways."""
-    status, text = forked[f"from {name}"]
-    assert status == 0 and text.endswith("OK\n"), text[-3000:]
+    status, out, err = forked[f"from {name}"]
+    assert status == 0 and out.endswith("OK\n"), err[-3000:]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_attribute_first(name: str, forked: dict[str, tuple[int, str]]) -> None:
+def test_attribute_first(name: str, forked: dict[str, tuple[int, str, str]]) -> None:
     """`import robowds.reader as reader; reader.X` as the first access (e.g. `reader.Collate(...)`), then the rest."""
-    status, text = forked[f"attribute {name}"]
-    assert status == 0 and text.endswith("OK\n"), text[-3000:]
+    status, out, err = forked[f"attribute {name}"]
+    assert status == 0 and out.endswith("OK\n"), err[-3000:]
 
 
-def test_a_fault_in_a_fork_is_reported(forked: dict[str, tuple[int, str]]) -> None:
+def test_a_fault_in_a_fork_is_reported(forked: dict[str, tuple[int, str, str]]) -> None:
     """The fork driver reports a failing case as such, with its output."""
-    status, text = forked["a failing case"]
-    assert status != 0 and text.startswith("before\n") and "ImportError: cannot import name 'NoSuchName'" in text
+    status, out, err = forked["a failing case"]
+    assert status != 0 and out == "before\n" and "ImportError: cannot import name 'NoSuchName'" in err
 
 
-def test_every_submodule_imported_first(forked: dict[str, tuple[int, str]]) -> None:
+def test_every_submodule_imported_first(forked: dict[str, tuple[int, str, str]]) -> None:
     """With every submodule already imported (and so bound on the package), the public names still
     are the functions and classes: no submodule shares a public name."""
     assert not set(SUBMODULES) & set(NAMES)
-    status, text = forked["every submodule first"]
-    assert status == 0 and text.endswith("OK\n"), text[-3000:]
+    status, out, err = forked["every submodule first"]
+    assert status == 0 and out.endswith("OK\n"), err[-3000:]
 
 
-def test_readme_import_lines_run_verbatim(forked: dict[str, tuple[int, str]]) -> None:
+def test_readme_import_lines_run_verbatim(forked: dict[str, tuple[int, str, str]]) -> None:
     assert IMPORT_LINES
-    status, text = forked["readme import lines"]
-    assert status == 0 and text.endswith("OK\n"), text[-3000:]
+    status, out, err = forked["readme import lines"]
+    assert status == 0 and out.endswith("OK\n"), err[-3000:]
 
 
 def test_export_and_reader_package_do_not_import_torch() -> None:
