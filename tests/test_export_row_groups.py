@@ -130,3 +130,38 @@ def test_validate_reads_a_table_of_integer_ids_forward_and_reports_in_id_order(
     assert passes == {"passes": 1, "rows": 100}, passes
     assert [(p.episode, p.field) for p in report.problems if p.episode] == [("10", "state"), ("2", "state")]
     assert all("not recorded in this episode" in p.message for p in report.problems if p.episode)
+
+
+def _rows_table(path: Path, rows: int) -> pq.ParquetFile:
+    pq.write_table(pa.table({"x": np.arange(rows, dtype=np.int64)}), path, row_group_size=rows)
+    return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 16)
+
+
+@pytest.mark.parametrize("at_batch", [0, 1, 2])
+def test_a_cursor_interrupted_while_moving_reads_the_right_rows_after(tmp_path: Path, at_batch: int) -> None:
+    """A cursor outlives its task in the process (`_CURSORS`); a Ray task cancelled while the cursor
+    moved left it with a spent iterator, and the next job's read raised StopIteration (CI, session 9).
+    An interruption inside the iterator, or between taking a batch and moving the position, must
+    leave the next reads exact."""
+    from robowds.export.store.row_stream import RowCursor
+
+    cursor = RowCursor(_rows_table(tmp_path / "t.parquet", 1000), 0, ["x"])
+    cursor._rows = 64  # batches of 64 rows: the reads below cross several
+    cursor._restart()
+    assert cursor.row(10)["x"].to_pylist() == [10]
+    real, taken = cursor._batches, [0]
+
+    def interrupted() -> Iterator[pa.RecordBatch]:
+        for batch in real:
+            if taken[0] == at_batch:
+                raise KeyboardInterrupt  # what ray.cancel raises in the task's thread
+            taken[0] += 1
+            yield batch
+
+    cursor._batches = interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        cursor.row(500)
+    for index in (500, 20, 999):
+        assert cursor.row(index)["x"].to_pylist() == [index]
+    with pytest.raises(IndexError, match="row 1000 is past the end of row group 0"):
+        cursor.row(1000)

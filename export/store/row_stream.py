@@ -94,14 +94,25 @@ class RowCursor:
         self._batch: pa.RecordBatch | None = None
         self._start = 0  # the row (in the group) of the current batch's first row
         self._stop = 0  # one past its last row
+        self._moving = False  # set while the cursor moves: still set means a move was interrupted
 
     def row(self, index: int) -> dict[str, pa.Array]:
-        """Row `index` of the group, each column a 1-row array of its own memory."""
-        if index < self._start:
-            self._restart()  # behind the cursor: a new pass from the group's first row
+        """Row `index` of the group, each column a 1-row array of its own memory.
+
+        A move interrupted by an exception (a cancelled Ray task's KeyboardInterrupt, a lost
+        connection) leaves the batch iterator spent or one batch ahead of `_start`/`_stop`: the
+        cursor outlives the task in `_CURSORS`, so the next call starts a new pass instead of
+        reading a wrong row or the spent iterator's StopIteration."""
+        if self._moving or index < self._start:
+            self._restart()  # behind the cursor, or interrupted: a new pass from the group's first row
+        self._moving = True
         while index >= self._stop:
-            self._batch = next(self._batches)
-            self._start, self._stop = self._stop, self._stop + self._batch.num_rows
+            batch = next(self._batches, None)
+            if batch is None:
+                raise IndexError(f"row {index} is past the end of row group {self.group} "
+                                 f"({self._stop} rows)")
+            self._batch, self._start, self._stop = batch, self._stop, self._stop + batch.num_rows
+        self._moving = False
         assert self._batch is not None
         at = index - self._start
         if self._batch.num_rows == 1:  # the batch is the row: nothing else to let go of
