@@ -130,6 +130,9 @@ def test_two_real_exports_one_wins_and_a_killed_exports_workers_do_not_keep_the_
         os.killpg(proc.pid, signal.SIGSTOP)
         workers = [pid for pid, (ppid, _) in _group(proc.pid).items() if pid != proc.pid and ppid != proc.pid]
         assert workers
+        # a process stops when it is next scheduled: on a loaded machine that is not at once
+        _wait_for("A's workers to stop", lambda: all(_group(proc.pid).get(pid, (0, ""))[1] == "T"
+                                                     for pid in workers), proc)
         os.kill(proc.pid, signal.SIGKILL)  # the main process only
         proc.wait(timeout=30)
         assert all(_group(proc.pid).get(pid, (0, ""))[1] == "T" for pid in workers)  # alive, stopped
