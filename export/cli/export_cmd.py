@@ -13,6 +13,8 @@ from robowds.export.errors import UserError
 
 if TYPE_CHECKING:
     from robowds.export.executors.executor import ExecutorChoice
+    from robowds.export.job.run import Summary
+    from robowds.export.store.location import StoreLocation
 
 EXECUTORS = ("local", "ray")  # export/executors/executor.py: ExecutorChoice.kind
 
@@ -39,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the robowds export in OUT by this one (only files robowds wrote are replaced, "
                         "and only once the new export is complete; your own files stay)")
+    p.add_argument("--append", action="store_true",
+                   help="export only the episodes STORE has and OUT's export does not, into new shards, with "
+                        "OUT's config (a --config/--set that differs is refused); old shards stay untouched. "
+                        "Refused if an exported episode changed or was removed. Local OUT only for now")
     p.add_argument("--break-lock", action="store_true",
                    help="with OUT at a URL: first delete the lock object (.robowds-lock) a killed export on "
                         "another machine left; only once you know that export no longer runs")
@@ -93,9 +99,29 @@ def run(args: argparse.Namespace) -> int:
     if args.work_dir is not None and not is_url(args.out):
         raise UserError(f"--work-dir is for an output URL; {args.out} is a folder (its work folder is "
                         f"{args.out}/.robowds-work)", hint="drop --work-dir")
+    if args.append:
+        summary = _append(args, store, out, choice)
+        print(json.dumps(summary.to_json(), indent=1) if args.json else summary.line())
+        return 0
     summary = run_export(store, out, config, workers=args.workers, overwrite=args.overwrite,
                          progress=not (args.quiet or args.json), executor=choice,
                          out_storage_options=storage_options(args), work_dir=args.work_dir,
                          break_lock=args.break_lock)
     print(json.dumps(summary.to_json(), indent=1) if args.json else summary.line())
     return 0
+
+
+def _append(args: argparse.Namespace, store: "StoreLocation", out: Path | str, choice: "ExecutorChoice") -> "Summary":
+    """`--append`: OUT's config, checked against what the user gave (`job/append_config.py`)."""
+    from robowds.export.job.append import run_append
+    from robowds.export.job.append_config import given_keys
+    from robowds.export.job.config import load_config
+
+    if args.overwrite:
+        raise UserError("--append and --overwrite exclude each other (an append keeps OUT's export, an overwrite "
+                        "replaces it)", hint="drop one of them")
+    items = [o if isinstance(o, str) else o[0] for o in overrides(args)]
+    given = load_config(args.config, overrides(args))
+    keys = given_keys(given, load_config(None), items)
+    return run_append(store, out, given, keys, workers=args.workers, progress=not (args.quiet or args.json),
+                      executor=choice)

@@ -84,9 +84,14 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
 
 
 def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any],
-                episode_of: dict[str, int]) -> list[ShardTask]:
-    """Order every split's windows and cut them into shards (pure given the staged sizes)."""
+                episode_of: dict[str, int], first_shard: dict[str, int] | None = None) -> list[ShardTask]:
+    """Order every split's windows and cut them into shards (pure given the staged sizes).
+
+    `first_shard` (append, `job/append.py`): split -> the number of shards it has already; the new
+    windows (only `records`' episodes, in the order `window_order` gives them among themselves) get
+    shards numbered on from there, and `shard.min_shards` counts the old shards too."""
     tasks = []
+    first_shard = first_shard or {}
     for split in sorted({r["split"] for r in records}):
         members = [r for r in records if r["split"] == split]
         sizes = [np.frombuffer(r["sizes"], np.int64) for r in members]
@@ -101,9 +106,10 @@ def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any
         entries = np.stack([ep_idx[order[:, 0]] if len(order) else np.zeros(0, np.int64),
                             within_offsets[flat], flat_sizes[flat]], axis=1)  # [W, 3]
         shard = config["shard"]
+        start = first_shard.get(split, 0)
         bounds = pack_shards(entries[:, 2].tolist(), int(shard["max_samples"]), int(shard["max_bytes"]),
-                             len(END_OF_ARCHIVE), int(shard["min_shards"]))
-        for n, (lo, hi) in enumerate(bounds):
+                             len(END_OF_ARCHIVE), max(1, int(shard["min_shards"]) - start))
+        for n, (lo, hi) in enumerate(bounds, start):
             tasks.append(ShardTask(str(work), split, f"{split}/shard-{n:06d}.tar", entries[lo:hi]))
     return tasks
 

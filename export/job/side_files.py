@@ -150,7 +150,13 @@ def read_stats_state(data: bytes, where: str = PATHS[STATS_STATE]) -> dict[str, 
 def side_files(records: Iterable[dict[str, Any]], folded: Mapping[str, Mapping[str, FieldStats]],
                declarations: str | None) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
     """(path -> bytes, the manifest's `files` entry) of an export's side files."""
-    data = {PATHS[EPISODES]: encode_episodes(episode_entries(records), declarations),
+    return side_files_of(episode_entries(records), folded, declarations)
+
+
+def side_files_of(entries: list[EpisodeEntry], folded: Mapping[str, Mapping[str, FieldStats]],
+                  declarations: str | None) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+    """`side_files` from the table's rows (an append: the old export's rows and the new episodes')."""
+    data = {PATHS[EPISODES]: encode_episodes(sorted(entries, key=lambda e: e.episode_id), declarations),
             PATHS[STATS_STATE]: encode_stats_state(folded)}
     listed = {name: {"path": path, "bytes": len(data[path]), "sha256": hashlib.sha256(data[path]).hexdigest()}
               for name, path in PATHS.items()}

@@ -1,0 +1,204 @@
+"""`robowds export STORE OUT --append`: export only the episodes the store has and OUT does not.
+
+The old export's shards and their `.idx` are never opened for writing: the new episodes' windows go
+into new shards, numbered on after each split's last (`shards.plan_shards(first_shard=...)`), built
+by the export's own machinery (the work folder `OUT/.robowds-work/`, `stage.stage_episodes` for the
+map, `shards.write_shard` for the reduce) and placed by the journaled `output/publish.publish`, whose
+journal lists the old shards too (they are not in `ready/`, so nothing moves them) and removes nothing.
+A kill before the journal leaves the old export; after it, the next run into OUT finishes the publish.
+
+What proves the append right (refused otherwise, nothing written): OUT holds a robowds export of
+plan version 2 with its side files (`side_files.py`); the store's `store.yaml` digest is the one the
+export recorded; every episode it exported is still in the store with the same fingerprint and split
+(`compare_episodes`, fingerprints through the export's `EpisodeLoader`).
+
+Window order: the new windows of a split are ordered by `window_order` over the new episodes alone
+(in the store's episode order, seeded by seed and split, as a full export orders a split), so an
+append is a function of (old export, added episodes) and the samples of OUT afterwards are, as a
+multiset per split, those of a full export of the grown store; only their placement in shards
+differs. Statistics: the saved state merged with the new episodes' states, byte-identical to a full
+export's. Cost: one fingerprint pass over the old episodes' rows and media (the loader), plus the
+export of the new ones; old shards are neither read nor copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from robowds.export import __version__
+from robowds.export.core.shard_plan import PLAN_VERSION
+from robowds.export.errors import UserError
+from robowds.export.executors.executor import LOCAL, ExecutorChoice
+from robowds.export.job.append_config import FULL_EXPORT, check_given, out_config
+from robowds.export.job.append_manifest import merged_manifest
+from robowds.export.job.report import SplitStats, report_warnings
+from robowds.export.job.run import (EPISODES_PER_TASK, WORK_DIR, Summary, _batches, _prepare_work,
+                                    check_store_unchanged)
+from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
+from robowds.export.job.side_files import (EPISODES, STATS_STATE, compare_episodes, decode_episodes,
+                                           episode_entries, load_stats_state, read_declarations, side_files_of)
+from robowds.export.job.stage import load_record, stage_episodes
+from robowds.export.output.oserrors import os_error
+from robowds.export.output.out_lock import OutLock
+from robowds.export.output.publish import finish_publish, publish, read_manifest
+from robowds.export.output.remote_out import is_url
+from robowds.export.store.episode_identity import declarations_digest
+from robowds.export.store.episodes import EpisodeLoader
+from robowds.export.store.fingerprint import fingerprint
+from robowds.export.store.location import StoreLocation, store_location
+from robowds.export.store.row_stream import drop_row_groups, read_order
+
+SHOWN = 20  # episodes named in a refusal
+
+
+def run_append(store: Path | str | StoreLocation, out: Path | str, given: dict[str, Any] | None = None,
+               given_keys: set[str] | None = None, workers: int = 1, progress: bool = True,
+               executor: ExecutorChoice = LOCAL) -> Summary:
+    """Append the store's new episodes to the export in the folder `out`. `given`: the config the user
+    passed (checked against OUT's at `given_keys`, `append_config.check_given`), never used to build."""
+    began = time.perf_counter()
+    if is_url(out):
+        raise UserError(f"--append into an output URL ({out}) is not supported yet",
+                        hint=f"append into a local folder, or {FULL_EXPORT}")
+    if executor.kind != "local":
+        raise UserError("--append with --executor ray is not supported yet", hint="drop --executor ray")
+    store, out = store_location(store), Path(out).resolve()
+    if store.local:
+        store = StoreLocation(str(store.path.resolve()))
+    lock = OutLock(out)
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise os_error(exc, "export", out) from exc
+    try:
+        return _append_locked(store, out, given, given_keys or set(), workers, progress, executor, began)
+    finally:
+        lock.release()
+
+
+def _old_export(out: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """OUT's manifest and side files (path -> bytes), each checked against the manifest's sha256."""
+    finish_publish(out, out / WORK_DIR)  # a publish killed midway is completed first: its journal is ours
+    doc = read_manifest(out) if out.is_dir() else None
+    what = None
+    if doc is None:
+        what = f"{out} holds no robowds export (no manifest.json)"
+    elif doc.get("plan_version") != PLAN_VERSION:
+        what = (f"{out} holds an export of plan version {doc.get('plan_version') or 1}, whose splits and keys "
+                f"depend on the whole episode list (--append needs plan version {PLAN_VERSION})")
+    elif not {EPISODES, STATS_STATE} <= set(doc.get("files", {})):
+        what = f"{out} holds an export made without episodes.msgpack and stats-state.msgpack (robowds before them)"
+    if what is not None:
+        raise UserError(f"cannot append: {what}", hint=FULL_EXPORT)
+    side = {}
+    for name in (EPISODES, STATS_STATE):
+        entry = doc["files"][name]
+        path = out / entry["path"]
+        data = path.read_bytes() if path.is_file() else b""
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise UserError(f"cannot append: {path} is missing or not the file the manifest lists (its sha256 "
+                            f"differs)", hint=FULL_EXPORT)
+        side[entry["path"]] = data
+    return doc, side
+
+
+def _refuse_changes(store: StoreLocation, job: Any, old: dict[str, Any], declarations: str | None,
+                    recorded: str | None) -> list[str]:
+    """The added episode ids, in the store's order; a UserError if an old episode changed or went."""
+    if declarations != recorded:
+        raise UserError(f"cannot append: the store's store.yaml changed since the export (its declarations apply "
+                        f"to every episode, so every old window may differ)", hint=FULL_EXPORT)
+    exported = {ep: (e.fingerprint, e.split) for ep, e in old.items() if e.exported}
+    present = [ep for ep in job.schema.episode_ids if ep in exported]
+    loader = EpisodeLoader(job.schema, job.load_fields)
+    current = {d.episode_id: (getattr(d, "fingerprint", None), job.splits[d.episode_id])
+               for d in loader.load(read_order(job.schema, present))}  # lazily, LOAD_AHEAD at a time
+    drop_row_groups()
+    changes = compare_episodes(exported, current)
+    bad = [*(f"{ep} (changed)" for ep in changes.changed), *(f"{ep} (removed)" for ep in changes.removed)]
+    if bad:
+        more = f" and {len(bad) - SHOWN} more" if len(bad) > SHOWN else ""
+        raise UserError(f"cannot append: {len(bad)} episode(s) of the export changed or were removed from the "
+                        f"store: {', '.join(bad[:SHOWN])}{more}; nothing was written",
+                        hint=f"an append only adds episodes: {FULL_EXPORT}")
+    # new: not in the table at all, or rejected then (it built nothing, so it may be tried again)
+    return [ep for ep in job.schema.episode_ids if ep not in exported]
+
+
+def _append_id(old_job: str, source: str, added: list[str]) -> str:
+    """The work folder's job id: the old export, the grown store and what is added (a re-run after a
+    kill resumes it; a full export of the grown store never takes its staging for its own)."""
+    doc = json.dumps({"append_to": old_job, "source": source, "added": added, "tool": __version__}, sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
+def _append_locked(store: StoreLocation, out: Path, given: dict[str, Any] | None, keys: set[str], workers: int,
+                   progress: bool, choice: ExecutorChoice, began: float) -> Summary:
+    doc, side = _old_export(out)
+    job, resolved = out_config(store, doc["config"], str(out))
+    if given is not None and keys:
+        from robowds.export.job.spec import resolve
+
+        check_given(resolve(store, given)[1], keys, resolved, str(out))
+    old = decode_episodes(side[doc["files"][EPISODES]["path"]])
+    recorded = read_declarations(side[doc["files"][EPISODES]["path"]])
+    added = _refuse_changes(store, job, old, declarations_digest(store), recorded)
+    if not added:
+        return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
+                       sum(s["samples"] for s in doc["splits"].values()),
+                       sum(len(s["shards"]) for s in doc["splits"].values()),
+                       sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True,
+                       splits=doc["report"].get("splits"))
+    source = fingerprint(store)
+    job_id = _append_id(doc["job_id"], source, added)
+    work = _prepare_work(out / WORK_DIR, job_id)
+    from dataclasses import replace
+
+    job = replace(job, work=str(work), source=source)
+    split_stats = SplitStats()
+    split_stats.fold_states(load_stats_state(side[doc["files"][STATS_STATE]["path"]]))
+    executor = choice.make(workers)
+    try:
+        per_task = max(1, min(EPISODES_PER_TASK, len(added) // max(1, 4 * executor.workers)))
+        with tqdm(total=len(added), desc="episodes", unit="ep", disable=not progress) as bar:
+            tasks = ((job.for_episodes(b), b) for b in _batches(read_order(job.schema, added), per_task))
+            for batch in executor.map_unordered(stage_episodes, tasks):
+                split_stats.fold_states(batch.stats)
+                bar.update(len(batch.episode_ids))
+        records = [load_record(work, job.index[ep]) for ep in added]
+        failed = [r for r in records if r["error"]]
+        if failed and resolved["on_bad_episode"] == "fail":
+            listed = "\n  ".join(f"episode {r['episode_id']!r}: {r['error']['message']}" for r in failed[:SHOWN])
+            raise UserError(f"{len(failed)} new episode(s) cannot be exported:\n  {listed}",
+                            hint="fix them in the store, or append to an export made with on_bad_episode=skip")
+        good = [r for r in records if not r["error"]]
+        first = {split: len(entry["shards"]) for split, entry in doc["splits"].items()}
+        shard_tasks = plan_shards(work, good, resolved, job.index, first_shard=first)
+        check_shard_space(work, shard_tasks)
+        shard_records = {}
+        with tqdm(total=len(shard_tasks), desc="shards", unit="shard", disable=not progress) as bar:
+            for rec in executor.map_unordered(write_shard, shard_tasks):
+                shard_records[rec["path"]] = rec
+                bar.update(1)
+    finally:
+        executor.close()
+        drop_row_groups()
+    declarations = declarations_digest(store)
+    check_store_unchanged(store, source, work, None)
+    new_shards = [shard_records[t.path] for t in shard_tasks]
+    manifest = merged_manifest(doc, job=job, resolved=resolved, records=records, shards=new_shards,
+                               source=source, job_id=job_id, split_stats=split_stats)
+    entries = [e for e in old.values() if e.exported or e.episode_id not in added] + episode_entries(records)
+    side_data, manifest["files"] = side_files_of(entries, split_stats.result(), declarations)
+    kept = publish(out, work, manifest, side_data)
+    report = manifest["report"]
+    return Summary(out, len(good), len(failed), sum(r["samples"] for r in new_shards), len(new_shards),
+                   sum(r["bytes"] for r in new_shards), time.perf_counter() - began,
+                   sum(r["report"]["dropped_min_valid"] for r in good),
+                   warnings=(*report_warnings(report, resolved["splits"]), *kept), splits=report["splits"])

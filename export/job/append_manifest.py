@@ -1,0 +1,74 @@
+"""The manifest of an appended export: the old manifest with the new episodes' shards and counts added.
+
+Built from `report.build_manifest` of the new episodes alone (whose `stats` and `schema` already come
+from the merged statistics state: old state + new episodes') and the old manifest: per split the old
+shards then the new ones, samples and bytes summed, episodes in the store's order (as a full export
+lists them). The report's counts (`episodes`, `windows`, `splits`, `repairs`, `missing_streams`,
+`storage`, `duration_s`) are summed. Not merged yet (kept as the old export's where it has them, the
+new episodes' otherwise): `masked_fraction`, `video` and `float32_loss`, which are ratios or maxima whose
+parts the manifest does not keep; the next step is saving their parts in `stats-state.msgpack`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from robowds.export.job.report import SplitStats, build_manifest
+from robowds.export.job.spec import JobSpec
+
+
+def merged_manifest(old: dict[str, Any], *, job: JobSpec, resolved: dict[str, Any], records: list[dict[str, Any]],
+                    shards: list[dict[str, Any]], source: str, job_id: str,
+                    split_stats: SplitStats) -> dict[str, Any]:
+    """The appended export's manifest (`files` is set by the caller, with the side files)."""
+    new = build_manifest(schema=job.schema, job=job, resolved=resolved, records=records, shards=shards,
+                         source=source, job_id=job_id, split_stats=split_stats)
+    order = job.index  # episode id -> its place in the store
+    doc = copy.deepcopy(old)
+    doc.update({"job_id": job_id, "tool_version": new["tool_version"], "schema": new["schema"],
+                "stats": new["stats"], "source": {"fingerprint": source, "episodes": len(job.schema.episode_ids)}})
+    splits = {}
+    for split in sorted(set(old["splits"]) | set(new["splits"])):
+        a = old["splits"].get(split, {"episodes": [], "samples": 0, "bytes": 0, "shards": []})
+        b = new["splits"].get(split, {"episodes": [], "samples": 0, "bytes": 0, "shards": []})
+        splits[split] = {**a, **{k: v for k, v in b.items() if k not in ("episodes", "samples", "bytes", "shards")},
+                         "episodes": sorted([*a["episodes"], *b["episodes"]], key=order.__getitem__),
+                         "samples": a["samples"] + b["samples"], "bytes": a["bytes"] + b["bytes"],
+                         "shards": [*a["shards"], *b["shards"]]}
+    doc["splits"] = splits
+    doc["report"] = _merged_report(old["report"], new["report"], order, {r["episode_id"] for r in records})
+    return doc
+
+
+def _merged_report(a: dict[str, Any], b: dict[str, Any], order: dict[str, int], added: set[str]) -> dict[str, Any]:
+    """Report of old (`a`) + new (`b`, of the episodes `added`) episodes; an episode rejected before
+    and tried again (it is in `added`) counts as new only."""
+    retried = added
+    rejected = sorted([*(r for r in a["episodes"]["rejected"] if r["episode_id"] not in retried and
+                         r["episode_id"] in order), *b["episodes"]["rejected"]], key=lambda r: order[r["episode_id"]])
+    out = {**b, **a}  # masked_fraction, video, float32_loss: not merged yet (module docstring)
+    exported = a["episodes"]["exported"] + b["episodes"]["exported"]
+    out["episodes"] = {"total": exported + len(rejected), "exported": exported, "rejected": rejected}
+    out["windows"] = {k: a["windows"][k] + b["windows"][k] for k in a["windows"]}
+    out["duration_s"] = round(a["duration_s"] + b["duration_s"], 6)
+    out["splits"] = {s: {k: a["splits"].get(s, {}).get(k, 0) + b["splits"].get(s, {}).get(k, 0)
+                         for k in ("episodes", "windows")} for s in sorted(set(a["splits"]) | set(b["splits"]))}
+    repairs: dict[str, dict[str, int]] = copy.deepcopy(a["repairs"])
+    for name, counts in b["repairs"].items():
+        for k, v in counts.items():
+            repairs.setdefault(name, {})[k] = repairs.get(name, {}).get(k, 0) + v
+    out["repairs"] = repairs
+    missing = copy.deepcopy(a.get("missing_streams", {}))
+    for name, entry in b.get("missing_streams", {}).items():
+        acc = missing.setdefault(name, {"episodes": 0, "episode_ids": []})
+        acc["episodes"] += entry["episodes"]
+        acc["episode_ids"] = (acc["episode_ids"] + entry["episode_ids"])[:20]
+    if missing:
+        out["missing_streams"] = dict(sorted(missing.items()))
+    source_bytes = b["storage"]["source_bytes"]  # the grown store's
+    output_bytes = a["storage"]["output_bytes"] + b["storage"]["output_bytes"]
+    out["storage"] = {"source_bytes": source_bytes, "output_bytes": output_bytes,
+                      "amplification": round(output_bytes / source_bytes, 4) if source_bytes else None}
+    return out
+

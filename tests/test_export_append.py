@@ -1,0 +1,162 @@
+"""`robowds export STORE OUT --append` (issue 25, item 1 with 2 and 5), OUT a local folder.
+
+A store of 4 episodes is exported; the store grown to 7 (synth draws episode i from (seed, i), so the
+first 4 are the same) is appended. The old files must be untouched (bytes and mtimes), the new shards
+numbered on, and the appended export must hold, per split, the same samples (keys and member bytes, as
+a multiset) as a full export of the grown store, with byte-identical statistics and side files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from robowds.export.check.verify import verify_export
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.job.config import load_config
+from robowds.export.output.energon import energon_files
+
+SETTINGS = ["splits={train: rest, val: 0.3}", "window.duration_s=0.4", "stride=8", "shard.min_shards=2"]
+
+
+def _cli(*argv: str) -> int:
+    args = ["export", *map(str, argv), "--quiet", "--workers", "1"]
+    return main(args)
+
+
+def _export(store: Path, out: Path, *extra: str) -> None:
+    assert _cli(store, out, *[a for s in SETTINGS for a in ("--set", s)], *extra) == 0
+
+
+def _files(out: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under OUT: relative path -> (mtime_ns, bytes)."""
+    return {p.relative_to(out).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _samples(out: Path) -> dict[str, Counter]:
+    """split -> multiset of (member name, member bytes) over every shard the manifest lists."""
+    manifest = json.loads((out / "manifest.json").read_bytes())
+    found: dict[str, Counter] = {}
+    for split, entry in manifest["splits"].items():
+        acc = found.setdefault(split, Counter())
+        for shard in entry["shards"]:
+            with tarfile.open(out / shard["path"]) as tar:
+                for member in tar.getmembers():
+                    acc[(member.name, tar.extractfile(member).read())] += 1
+    return found
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Stores of 4 and 7 episodes; an export of the 4 and a full export of the 7."""
+    root = tmp_path_factory.mktemp("append")
+    write_synthetic_store(root / "s4", episodes=4)
+    write_synthetic_store(root / "s7", episodes=7)
+    _export(root / "s4", root / "o4")
+    _export(root / "s7", root / "full7")
+    return {"root": root, "s4": root / "s4", "s7": root / "s7", "o4": root / "o4", "full7": root / "full7"}
+
+
+def test_append_adds_new_shards_and_equals_a_full_export(grown: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    shutil.copytree(grown["o4"], out)
+    old_manifest = json.loads((out / "manifest.json").read_bytes())
+    before = _files(out)
+    assert _cli(grown["s7"], out, "--append") == 0
+    after = _files(out)
+    old_shards = [p for p in before if p.endswith((".tar", ".tar.idx"))]
+    assert old_shards and all(after[p] == before[p] for p in old_shards)  # bytes and mtimes
+    manifest = json.loads((out / "manifest.json").read_bytes())
+    full = json.loads((grown["full7"] / "manifest.json").read_bytes())
+    for split, entry in manifest["splits"].items():
+        old = old_manifest["splits"].get(split, {"shards": []})["shards"]
+        assert entry["shards"][:len(old)] == old
+        numbers = [int(s["path"].split("-")[-1].split(".")[0]) for s in entry["shards"]]
+        assert numbers == list(range(len(numbers)))  # numbered on after the split's last
+        assert entry["episodes"] == full["splits"][split]["episodes"]
+        assert entry["samples"] == full["splits"][split]["samples"]
+    assert sum(len(e["shards"]) for e in manifest["splits"].values()) > \
+        sum(len(e["shards"]) for e in old_manifest["splits"].values())
+    assert set(after) - set(before) >= {p["path"] for e in manifest["splits"].values() for p in e["shards"]} - \
+        set(before)
+    assert not (out / ".robowds-work").exists()
+    assert verify_export(out, progress=False).ok
+    assert _samples(out) == _samples(grown["full7"])
+    assert manifest["stats"] == full["stats"]
+    for name in ("stats-state.msgpack", "episodes.msgpack"):
+        assert (out / name).read_bytes() == (grown["full7"] / name).read_bytes()
+    for key in ("episodes", "windows", "splits", "repairs"):
+        assert manifest["report"][key] == full["report"][key]
+    assert manifest["source"] == full["source"] and manifest["schema"] == full["schema"]
+    for rel, data in energon_files(manifest).items():  # Energon's metadata describes the grown export
+        assert (out / rel).read_bytes() == data
+    wids = json.loads((out / "train.wids.json").read_bytes())
+    assert [s["url"] for s in wids["shardlist"]] == [s["path"] for s in manifest["splits"]["train"]["shards"]]
+    assert _cli(grown["s7"], out, "--append") == 0  # now up to date
+    assert _files(out) == after
+
+
+def test_append_with_nothing_added_is_up_to_date(grown: dict[str, Path], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    shutil.copytree(grown["o4"], out)
+    before = _files(out)
+    assert _cli(grown["s4"], out, "--append", "--set", "stride=8") == 0  # a setting equal to OUT's: fine
+    assert "export is up to date" in capsys.readouterr().out
+    assert _files(out) == before and not (out / ".robowds-work").exists()
+
+
+def test_append_refuses_a_changed_or_removed_episode(grown: dict[str, Path], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    store, out = tmp_path / "s", tmp_path / "o"
+    shutil.copytree(grown["s7"], store)
+    shutil.copytree(grown["o4"], out)
+    table = pq.read_table(store / "trajectories.parquet")
+    joints = table.column("joints").to_pylist()
+    joints[1][3][2] += 1e-9  # one value of one row of ep_0001
+    table = table.set_column(table.schema.get_field_index("joints"), "joints",
+                             pa.array(joints, table.schema.field("joints").type))
+    pq.write_table(table, store / "trajectories.parquet")
+    before = _files(out)
+    capsys.readouterr()
+    assert _cli(store, out, "--append") != 0
+    err = capsys.readouterr().err
+    assert ("error: cannot append: 1 episode(s) of the export changed or were removed from the store: "
+            "ep_0001 (changed); nothing was written") in err
+    assert "fix: an append only adds episodes: run a full export of the store into OUT with --overwrite" in err
+    assert _files(out) == before and not (out / ".robowds-work").exists()
+
+
+def test_append_refuses_a_differing_setting(grown: dict[str, Path], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    shutil.copytree(grown["o4"], out)
+    before = _files(out)
+    assert _cli(grown["s7"], out, "--append", "--set", "stride=4", "--seed", "0") != 0
+    err = capsys.readouterr().err
+    assert "--append uses the config of the export in" in err
+    assert "differs at 1 key(s): stride (OUT: 8, given: 4)" in err
+    assert _files(out) == before
+
+
+def test_append_needs_a_plan_2_export_with_side_files(grown: dict[str, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    shutil.copytree(grown["o4"], out)
+    doc = json.loads((out / "manifest.json").read_bytes())
+    doc.pop("files")
+    (out / "manifest.json").write_text(json.dumps(doc))
+    assert _cli(grown["s7"], out, "--append") != 0
+    err = capsys.readouterr().err
+    assert "made without episodes.msgpack and stats-state.msgpack" in err
+    assert "fix: run a full export of the store into OUT with --overwrite" in err
+    assert load_config(None)  # the default config is untouched by the CLI's parsing
