@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -132,6 +133,14 @@ def test_append_refuses_a_changed_or_removed_episode(grown: dict[str, Path], tmp
     err = capsys.readouterr().err
     assert ("error: cannot append: 1 episode(s) of the export changed or were removed from the store: "
             "ep_0001 (changed); nothing was written") in err
+    assert _files(out) == before and not (out / ".robowds-work").exists()
+    for name in ("trajectories", "sensors", "text", "images"):  # ep_0003 removed from every table
+        t = pq.read_table(store / f"{name}.parquet")
+        pq.write_table(t.filter(pc.not_equal(t.column("episode_id"), "ep_0003")), store / f"{name}.parquet")
+    assert _cli(store, out, "--append") != 0
+    err = capsys.readouterr().err
+    assert ("error: cannot append: 2 episode(s) of the export changed or were removed from the store: "
+            "ep_0001 (changed), ep_0003 (removed); nothing was written") in err
     assert "fix: an append only adds episodes: run a full export of the store into OUT with --overwrite" in err
     assert _files(out) == before and not (out / ".robowds-work").exists()
 
@@ -160,3 +169,17 @@ def test_append_needs_a_plan_2_export_with_side_files(grown: dict[str, Path], tm
     assert "made without episodes.msgpack and stats-state.msgpack" in err
     assert "fix: run a full export of the store into OUT with --overwrite" in err
     assert load_config(None)  # the default config is untouched by the CLI's parsing
+
+
+@pytest.mark.parametrize(("extra", "out", "message"), [
+    (["--overwrite"], None, "error: --append and --overwrite exclude each other"),
+    (["--executor", "ray"], None, "error: --append with --executor ray is not supported yet"),
+    ([], "s3://bucket/export", "error: --append into an output URL (s3://bucket/export) is not supported yet"),
+])
+def test_append_refuses_what_it_does_not_do_yet(grown: dict[str, Path], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str], extra: list[str],
+                                                out: str | None, message: str) -> None:
+    target = out or tmp_path / "o"
+    assert _cli(grown["s7"], target, "--append", *extra) != 0
+    assert message in capsys.readouterr().err
+    assert out is not None or not (tmp_path / "o").exists()  # nothing created
