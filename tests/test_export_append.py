@@ -67,12 +67,16 @@ def grown(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "s4": root / "s4", "s7": root / "s7", "o4": root / "o4", "full7": root / "full7"}
 
 
-def test_append_adds_new_shards_and_equals_a_full_export(grown: dict[str, Path], tmp_path: Path) -> None:
+def test_append_adds_new_shards_and_equals_a_full_export(grown: dict[str, Path], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "o"
     shutil.copytree(grown["o4"], out)
     old_manifest = json.loads((out / "manifest.json").read_bytes())
     before = _files(out)
+    capsys.readouterr()
     assert _cli(grown["s7"], out, "--append") == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("appended 3 episodes (0 rejected) -> ") and " in 2 shards, " in printed
     after = _files(out)
     old_shards = [p for p in before if p.endswith((".tar", ".tar.idx"))]
     assert old_shards and all(after[p] == before[p] for p in old_shards)  # bytes and mtimes

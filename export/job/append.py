@@ -201,4 +201,5 @@ def _append_locked(store: StoreLocation, out: Path, given: dict[str, Any] | None
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in new_shards), len(new_shards),
                    sum(r["bytes"] for r in new_shards), time.perf_counter() - began,
                    sum(r["report"]["dropped_min_valid"] for r in good),
-                   warnings=(*report_warnings(report, resolved["splits"]), *kept), splits=report["splits"])
+                   warnings=(*report_warnings(report, resolved["splits"]), *kept), splits=report["splits"],
+                   appended=True)

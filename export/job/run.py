@@ -78,6 +78,9 @@ class Summary:
     # split -> {"episodes", "windows"}: what each split really got (the manifest's report.splits); fractions
     # hold in expectation only (shard_plan.assign_splits), so the counts are shown, not assumed
     splits: dict[str, dict[str, int]] | None = None
+    # `export --append` (job/append.py): the counts above are the appended episodes'; `splits` is the
+    # whole export's, as its report has it
+    appended: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """What `export --json` prints."""
@@ -85,6 +88,7 @@ class Summary:
                 "rejected": self.rejected, "windows": self.windows, "dropped_min_valid": self.dropped,
                 "shards": self.shards, "bytes": self.bytes, "seconds": round(self.seconds, 3),
                 "splits": self.splits or {}, "warnings": list(self.warnings),
+                **({"appended": True} if self.appended else {}),
                 **({"notes": list(self.notes)} if self.notes else {})}
 
     def line(self) -> str:
@@ -98,7 +102,8 @@ class Summary:
         warning += "\nwarning: no window was emitted; check the window config" if not self.windows else ""
         warning += "".join(f"\nwarning: {w}" for w in self.warnings)
         warning += "".join(f"\nnote: {n}" for n in self.notes)
-        return (f"exported {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
+        verb = "appended" if self.appended else "exported"
+        return (f"{verb} {self.episodes} episodes ({self.rejected} rejected) -> {self.windows} windows{dropped} in "
                 f"{self.shards} shards, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s -> {self.out}{warning}")
 
 
