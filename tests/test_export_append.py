@@ -187,3 +187,20 @@ def test_append_refuses_what_it_does_not_do_yet(grown: dict[str, Path], tmp_path
     assert _cli(grown["s7"], target, "--append", *extra) != 0
     assert message in capsys.readouterr().err
     assert out is not None or not (tmp_path / "o").exists()  # nothing created
+
+
+def test_append_retries_an_episode_the_export_rejected(grown: dict[str, Path], tmp_path: Path) -> None:
+    """An episode rejected then (a missing media file) and fine now is appended like a new one."""
+    broken, out = tmp_path / "s", tmp_path / "o"
+    shutil.copytree(grown["s4"], broken)
+    (broken / "media/overview/ep_0002.png").unlink()
+    _export(broken, out, "--set", "on_bad_episode=skip")
+    doc = json.loads((out / "manifest.json").read_bytes())
+    assert [r["episode_id"] for r in doc["report"]["episodes"]["rejected"]] == ["ep_0002"]
+    assert _cli(grown["s7"], out, "--append") == 0
+    manifest = json.loads((out / "manifest.json").read_bytes())
+    full = json.loads((grown["full7"] / "manifest.json").read_bytes())
+    assert manifest["report"]["episodes"] == full["report"]["episodes"]  # 7 exported, none rejected
+    assert _samples(out) == _samples(grown["full7"])
+    assert (out / "episodes.msgpack").read_bytes() == (grown["full7"] / "episodes.msgpack").read_bytes()
+    assert verify_export(out, progress=False).ok
