@@ -9,7 +9,10 @@ a multiset) as a full export of the grown store, with byte-identical statistics 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -24,6 +27,8 @@ from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.job.config import load_config
 from robowds.export.output.energon import energon_files
+
+from kills import WORK, run_and_kill_in
 
 SETTINGS = ["splits={train: rest, val: 0.3}", "window.duration_s=0.4", "stride=8", "shard.min_shards=2"]
 
@@ -204,3 +209,30 @@ def test_append_retries_an_episode_the_export_rejected(grown: dict[str, Path], t
     assert _samples(out) == _samples(grown["full7"])
     assert (out / "episodes.msgpack").read_bytes() == (grown["full7"] / "episodes.msgpack").read_bytes()
     assert verify_export(out, progress=False).ok
+
+
+@pytest.mark.slow
+def test_sigkill_during_an_append_leaves_the_old_or_the_new_export(grown: dict[str, Path], tmp_path: Path) -> None:
+    """Kill an append (a real process, SIGKILL of its group) once its work folder shows the reduce,
+    then once it shows the publish; whatever OUT shows outside the work folder is a file of the old
+    export or of the finished append, byte for byte; a re-run ends byte-identical to an uninterrupted
+    append, the old shards never rewritten (same mtimes)."""
+    reference, out = tmp_path / "ref", tmp_path / "o"
+    shutil.copytree(grown["o4"], reference)
+    shutil.copytree(grown["o4"], out)
+    old = _files(out)
+    old_manifest = (out / "manifest.json").read_bytes()
+    assert _cli(grown["s7"], reference, "--append") == 0
+    done = {rel: data for rel, (_, data) in _files(reference).items()}
+    cmd = [sys.executable, "-m", "robowds.export", str(grown["s7"]), str(out), "--append", "--quiet", "--workers", "1"]
+    landed: list[str] = []
+    for target in ("reduce", "publish"):
+        landed.append(run_and_kill_in(cmd, dict(os.environ), out, 3, target, 0.0, old_manifest))
+        for rel, (_, data) in _files(out).items():
+            if WORK not in rel and rel != ".robowds-lock":
+                assert data in (done.get(rel), old.get(rel, (0, None))[1]), f"{rel} is neither old nor new"
+    print(f"kills landed in {landed}")
+    subprocess.run(cmd, check=True)
+    final = _files(out)
+    assert {rel: data for rel, (_, data) in final.items()} == done
+    assert all(final[rel] == old[rel] for rel in old if rel.endswith((".tar", ".tar.idx")))
