@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from robowds.export.job.run import (EPISODES_PER_TASK, WORK_DIR, Summary, _batch
 from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
 from robowds.export.job.side_files import (EPISODES, STATS_STATE, compare_episodes, decode_episodes,
                                            episode_entries, load_stats_state, read_declarations, side_files_of)
+from robowds.export.job.spec import resolve
 from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.output.oserrors import os_error
 from robowds.export.output.out_lock import OutLock
@@ -78,6 +80,8 @@ def run_append(store: Path | str | StoreLocation, out: Path | str, given: dict[s
         raise os_error(exc, "export", out) from exc
     try:
         return _append_locked(store, out, given, given_keys or set(), workers, progress, executor, began)
+    except OSError as exc:  # OUT read-only, disk full, no permission: one message, the fix, no traceback
+        raise os_error(exc, "export", out) from exc
     finally:
         lock.release()
 
@@ -143,8 +147,6 @@ def _append_locked(store: StoreLocation, out: Path, given: dict[str, Any] | None
     doc, side = _old_export(out)
     job, resolved = out_config(store, doc["config"], str(out))
     if given is not None and keys:
-        from robowds.export.job.spec import resolve
-
         check_given(resolve(store, given)[1], keys, resolved, str(out))
     old = decode_episodes(side[doc["files"][EPISODES]["path"]])
     recorded = read_declarations(side[doc["files"][EPISODES]["path"]])
@@ -158,8 +160,6 @@ def _append_locked(store: StoreLocation, out: Path, given: dict[str, Any] | None
     source = fingerprint(store)
     job_id = _append_id(doc["job_id"], source, added)
     work = _prepare_work(out / WORK_DIR, job_id)
-    from dataclasses import replace
-
     job = replace(job, work=str(work), source=source)
     split_stats = SplitStats()
     split_stats.fold_states(load_stats_state(side[doc["files"][STATS_STATE]["path"]]))
