@@ -4,6 +4,8 @@ export, read by the reader and by verify.
 ```
 {
   "format": "robowds-manifest", "format_version": 2, "tool_version": "0.1.0", "plan_version": 2,
+  "job_id": sha256, "generation": int,
+  "generations": [{"generation": int, "job_id": sha256, "shards": {split: int}}],
   "source": {"fingerprint": sha256, "episodes": int},
   "config": {...resolved export config...},
   "schema": {field: {"kind", "dtype", "shape", "member", "mask_member"?, "rate_hz"?, "duration_s"?,
@@ -20,6 +22,15 @@ export, read by the reader and by verify.
 `files` lists the export's side files (`export/job/side_files.py`: per-episode identity and the
 mergeable statistics state, for `export --append` and `verify`); readers never read them, so the
 key is optional (exports before it lack it) and adding it kept the format version.
+
+`generation` counts the jobs that wrote the export: 1 for a full export, one more for each
+`export --append`. `generations` has one entry per generation, oldest first: the job that wrote it
+and, per split, how many shards the split has once that job is published. Appends only add shards
+(numbered on), so generation g's shards of a split are `shards[before:after]`, `before` the previous
+entry's count (0 where the split is absent), `after` g's; a cursor saved at generation g resumes over
+the first `after` shards, and `verify --since g` checks only those after them. The list grows by one
+entry per append, never per shard or sample. Exports before the key (and readers that ignore it)
+are generation 1 with all their shards; adding it kept the format version.
 
 `plan_version` (absent before 2) says how the export drew each episode's split and key prefix
 (`export/core/shard_plan.PLAN_VERSION`); the reader does not need it.

@@ -111,6 +111,14 @@ def test_append_adds_new_shards_and_equals_a_full_export(grown: dict[str, Path],
         assert (out / rel).read_bytes() == data
     wids = json.loads((out / "train.wids.json").read_bytes())
     assert [s["url"] for s in wids["shardlist"]] == [s["path"] for s in manifest["splits"]["train"]["shards"]]
+    # generation 2: generation 1's entry as the full export wrote it, then the append's
+    assert old_manifest["generation"] == 1 and manifest["generation"] == 2
+    assert old_manifest["generations"] == [{"generation": 1, "job_id": old_manifest["job_id"], "shards": {
+        split: len(e["shards"]) for split, e in old_manifest["splits"].items()}}]
+    assert manifest["generations"] == [*old_manifest["generations"], {"generation": 2, "job_id": manifest["job_id"],
+                                       "shards": {split: len(e["shards"]) for split, e in manifest["splits"].items()}}]
+    assert manifest["job_id"] != old_manifest["job_id"]
+    assert full["generation"] == 1
     assert _cli(grown["s7"], out, "--append") == 0  # now up to date
     assert _files(out) == after
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from robowds.export.job.report import SplitStats, build_manifest
+from robowds.export.job.report import SplitStats, build_manifest, first_generation, generation_entry
 from robowds.export.job.spec import JobSpec
 
 
@@ -37,6 +37,10 @@ def merged_manifest(old: dict[str, Any], *, job: JobSpec, resolved: dict[str, An
                          "samples": a["samples"] + b["samples"], "bytes": a["bytes"] + b["bytes"],
                          "shards": [*a["shards"], *b["shards"]]}
     doc["splits"] = splits
+    # exports before generations were written are generation 1: their own job and shards
+    before = old.get("generations") or first_generation(old["job_id"], old["splits"])["generations"]
+    generation = before[-1]["generation"] + 1
+    doc["generation"], doc["generations"] = generation, [*before, generation_entry(generation, job_id, splits)]
     doc["report"] = _merged_report(old["report"], new["report"], order, {r["episode_id"] for r in records})
     return doc
 

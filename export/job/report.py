@@ -164,9 +164,24 @@ def build_manifest(*, schema: "StoreSchema", job: "JobSpec", resolved: dict[str,
     # plan_version: how splits and keys were drawn (shard_plan.PLAN_VERSION; absent before 2), so a later
     # step that must place new episodes as this export placed its own can tell
     return {"format": FORMAT, "format_version": version, "tool_version": __version__, "plan_version": PLAN_VERSION,
-            "job_id": job_id, "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved,
+            "job_id": job_id, **first_generation(job_id, splits),
+            "source": {"fingerprint": source, "episodes": len(records)}, "config": resolved,
             "schema": fields, "splits": splits, "stats": stats,
             "report": export_report(schema.location, records, shards, split_names)}
+
+
+def first_generation(job_id: str, splits: dict[str, Any]) -> dict[str, Any]:
+    """`generation` and `generations` of a full export: generation 1, its job and its shards per split
+    (`reader/manifest.py` says what readers and `verify --since` do with them)."""
+    return {"generation": 1, "generations": [generation_entry(1, job_id, splits)]}
+
+
+def generation_entry(generation: int, job_id: str, splits: dict[str, Any]) -> dict[str, Any]:
+    """One entry of `generations`: the job that made the generation and, per split, how many shards the
+    split has once it is written (shards are only added, so the shards of generations <= g are each
+    split's first `shards[split]` of generation g's entry)."""
+    return {"generation": generation, "job_id": job_id,
+            "shards": {split: len(entry["shards"]) for split, entry in sorted(splits.items())}}
 
 
 def other_export(where: str, doc: dict[str, Any], hint: str) -> UserError:
