@@ -21,7 +21,7 @@ counts_st = st.lists(st.integers(0, 60), min_size=1, max_size=12)
 
 
 @given(counts_st, st.integers(0, 2**32 - 1), st.integers(0, 5), st.integers(1, 50))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 def test_epoch_order_is_a_permutation_with_shard_blocks(counts: list[int], seed: int, epoch: int, block: int) -> None:
     order = epoch_order(counts, seed, epoch, True, block)
     assert sorted(order.tolist()) == list(range(sum(counts)))
