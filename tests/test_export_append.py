@@ -190,10 +190,9 @@ def test_append_needs_a_plan_2_export_with_side_files(grown: dict[str, Path], tm
 
 @pytest.mark.parametrize(("extra", "out", "message"), [
     (["--overwrite"], None, "error: --append and --overwrite exclude each other"),
-    (["--executor", "ray"], None, "error: --append with --executor ray is not supported yet"),
-    ([], "s3://bucket/export", "error: --append into an output URL (s3://bucket/export) is not supported yet"),
+    (["--break-lock"], None, "error: --break-lock is for an output URL"),
 ])
-def test_append_refuses_what_it_does_not_do_yet(grown: dict[str, Path], tmp_path: Path,
+def test_append_refuses_what_it_does_not_do(grown: dict[str, Path], tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str], extra: list[str],
                                                 out: str | None, message: str) -> None:
     target = out or tmp_path / "o"

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--append", action="store_true",
                    help="export only the episodes STORE has and OUT's export does not, into new shards, with "
                         "OUT's config (a --config/--set that differs is refused); old shards stay untouched. "
-                        "Refused if an exported episode changed or was removed. Local OUT only for now")
+                        "Refused if an exported episode changed or was removed. OUT a folder or a URL, any --executor")
     p.add_argument("--break-lock", action="store_true",
                    help="with OUT at a URL: first delete the lock object (.robowds-lock) a killed export on "
                         "another machine left; only once you know that export no longer runs")
@@ -124,4 +124,5 @@ def _append(args: argparse.Namespace, store: "StoreLocation", out: Path | str, c
     given = load_config(args.config, overrides(args))
     keys = given_keys(given, load_config(None), items)
     return run_append(store, out, given, keys, workers=args.workers, progress=not (args.quiet or args.json),
-                      executor=choice)
+                      executor=choice, out_storage_options=storage_options(args), work_dir=args.work_dir,
+                      break_lock=args.break_lock)

@@ -2,10 +2,12 @@
 
 The old export's shards and their `.idx` are never opened for writing: the new episodes' windows go
 into new shards, numbered on after each split's last (`shards.plan_shards(first_shard=...)`), built
-by the export's own machinery (the work folder `OUT/.robowds-work/`, `stage.stage_episodes` for the
-map, `shards.write_shard` for the reduce) and placed by the journaled `output/publish.publish`, whose
-journal lists the old shards too (they are not in `ready/`, so nothing moves them) and removes nothing.
-A kill before the journal leaves the old export; after it, the next run into OUT finishes the publish.
+by the export's own machinery (a work folder, `stage.stage_episodes` for the map, `shards.write_shard`
+for the reduce, on the executor chosen: in-process, a process pool or Ray tasks) and placed by the
+export's journaled publish, whose journal lists the old shards too (nothing is staged for them, so
+nothing moves or copies them) and removes nothing. OUT is a folder or an output URL (`append_out.py`:
+the full export's lock, work folder, uploads and publish for each). A kill before the journal leaves
+the old export; after it, the next run into OUT finishes the publish.
 
 What proves the append right (refused otherwise, nothing written): OUT holds a robowds export of
 plan version 2 with its side files (`side_files.py`); the store's `store.yaml` digest is the one the
@@ -39,17 +41,14 @@ from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.job.append_config import FULL_EXPORT, check_given, out_config
 from robowds.export.job.append_manifest import merged_manifest
 from robowds.export.job.report import SplitStats, report_warnings
-from robowds.export.job.run import (EPISODES_PER_TASK, WORK_DIR, Summary, _batches, _prepare_work,
-                                    check_store_unchanged)
-from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
+from robowds.export.job.append_out import AppendOut, append_out
+from robowds.export.job.remote_job import reduce_shards
+from robowds.export.job.run import EPISODES_PER_TASK, Summary, _batches, check_store_unchanged
+from robowds.export.job.shards import plan_shards
 from robowds.export.job.side_files import (EPISODES, STATS_STATE, compare_episodes, decode_episodes,
                                            episode_entries, load_stats_state, read_declarations, side_files_of)
 from robowds.export.job.spec import resolve
 from robowds.export.job.stage import load_record, stage_episodes
-from robowds.export.output.oserrors import os_error
-from robowds.export.output.out_lock import OutLock
-from robowds.export.output.publish import finish_publish, publish, read_manifest
-from robowds.export.output.remote_out import is_url
 from robowds.export.store.episode_identity import declarations_digest
 from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.store.fingerprint import fingerprint
@@ -61,35 +60,36 @@ SHOWN = 20  # episodes named in a refusal
 
 def run_append(store: Path | str | StoreLocation, out: Path | str, given: dict[str, Any] | None = None,
                given_keys: set[str] | None = None, workers: int = 1, progress: bool = True,
-               executor: ExecutorChoice = LOCAL) -> Summary:
-    """Append the store's new episodes to the export in the folder `out`. `given`: the config the user
-    passed (checked against OUT's at `given_keys`, `append_config.check_given`), never used to build."""
+               executor: ExecutorChoice = LOCAL, out_storage_options: dict[str, Any] | None = None,
+               work_dir: Path | None = None, break_lock: bool = False) -> Summary:
+    """Append the store's new episodes to the export in `out`: a folder, or an fsspec URL (with
+    `out_storage_options`, `work_dir` and `break_lock` as `run_export` takes them; `job/append_out.py`).
+    `given`: the config the user passed (checked against OUT's at `given_keys`,
+    `append_config.check_given`), never used to build. `executor`: as for an export (the same bytes)."""
     began = time.perf_counter()
-    if is_url(out):
-        raise UserError(f"--append into an output URL ({out}) is not supported yet",
-                        hint=f"append into a local folder, or {FULL_EXPORT}")
-    if executor.kind != "local":
-        raise UserError("--append with --executor ray is not supported yet", hint="drop --executor ray")
-    store, out = store_location(store), Path(out).resolve()
+    executor.check_available()  # before anything is written
+    target = append_out(out, out_storage_options, work_dir, break_lock)
+    store = store_location(store)
     if store.local:
         store = StoreLocation(str(store.path.resolve()))
-    lock = OutLock(out)
+    lock = target.lock()
     try:
         lock.acquire()
     except OSError as exc:
-        raise os_error(exc, "export", out) from exc
+        raise target.os_error(exc) from exc
     try:
-        return _append_locked(store, out, given, given_keys or set(), workers, progress, executor, began)
+        return _append_locked(store, target, given, given_keys or set(), workers, progress, executor, began)
     except OSError as exc:  # OUT read-only, disk full, no permission: one message, the fix, no traceback
-        raise os_error(exc, "export", out) from exc
+        raise target.os_error(exc) from exc
     finally:
         lock.release()
 
 
-def _old_export(out: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _old_export(target: AppendOut) -> tuple[dict[str, Any], dict[str, bytes]]:
     """OUT's manifest and side files (path -> bytes), each checked against the manifest's sha256."""
-    finish_publish(out, out / WORK_DIR)  # a publish killed midway is completed first: its journal is ours
-    doc = read_manifest(out) if out.is_dir() else None
+    target.finish_publish()  # a publish killed midway is completed first: its journal is ours
+    out = target.out
+    doc = target.manifest()
     what = None
     if doc is None:
         what = f"{out} holds no robowds export (no manifest.json)"
@@ -103,8 +103,7 @@ def _old_export(out: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     side = {}
     for name in (EPISODES, STATS_STATE):
         entry = doc["files"][name]
-        path = out / entry["path"]
-        data = path.read_bytes() if path.is_file() else b""
+        data, path = target.read(entry["path"]) or b"", target.where(entry["path"])
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise UserError(f"cannot append: {path} is missing or not the file the manifest lists (its sha256 "
                             f"differs)", hint=FULL_EXPORT)
@@ -142,9 +141,10 @@ def _append_id(old_job: str, source: str, added: list[str]) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()
 
 
-def _append_locked(store: StoreLocation, out: Path, given: dict[str, Any] | None, keys: set[str], workers: int,
+def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any] | None, keys: set[str], workers: int,
                    progress: bool, choice: ExecutorChoice, began: float) -> Summary:
-    doc, side = _old_export(out)
+    doc, side = _old_export(target)
+    out = target.out
     job, resolved = out_config(store, doc["config"], str(out))
     if given is not None and keys:
         check_given(resolve(store, given)[1], keys, resolved, str(out))
@@ -159,12 +159,13 @@ def _append_locked(store: StoreLocation, out: Path, given: dict[str, Any] | None
                        splits=doc["report"].get("splits"))
     source = fingerprint(store)
     job_id = _append_id(doc["job_id"], source, added)
-    work = _prepare_work(out / WORK_DIR, job_id)
+    work = target.prepare(job_id)
     job = replace(job, work=str(work), source=source)
     split_stats = SplitStats()
     split_stats.fold_states(load_stats_state(side[doc["files"][STATS_STATE]["path"]]))
     executor = choice.make(workers)
     try:
+        executor.check_shared(work, job.schema.local_folders())  # tasks read these, write into work
         per_task = max(1, min(EPISODES_PER_TASK, len(added) // max(1, 4 * executor.workers)))
         with tqdm(total=len(added), desc="episodes", unit="ep", disable=not progress) as bar:
             tasks = ((job.for_episodes(b), b) for b in _batches(read_order(job.schema, added), per_task))
@@ -180,23 +181,18 @@ def _append_locked(store: StoreLocation, out: Path, given: dict[str, Any] | None
         good = [r for r in records if not r["error"]]
         first = {split: len(entry["shards"]) for split, entry in doc["splits"].items()}
         shard_tasks = plan_shards(work, good, resolved, job.index, first_shard=first)
-        check_shard_space(work, shard_tasks)
-        shard_records = {}
-        with tqdm(total=len(shard_tasks), desc="shards", unit="shard", disable=not progress) as bar:
-            for rec in executor.map_unordered(write_shard, shard_tasks):
-                shard_records[rec["path"]] = rec
-                bar.update(1)
+        shard_records = reduce_shards(executor, work, shard_tasks, target.state, progress)  # with a URL: uploads
     finally:
         executor.close()
         drop_row_groups()
     declarations = declarations_digest(store)
-    check_store_unchanged(store, source, work, None)
+    check_store_unchanged(store, source, work, target.state)
     new_shards = [shard_records[t.path] for t in shard_tasks]
     manifest = merged_manifest(doc, job=job, resolved=resolved, records=records, shards=new_shards,
                                source=source, job_id=job_id, split_stats=split_stats)
     entries = [e for e in old.values() if e.exported or e.episode_id not in added] + episode_entries(records)
     side_data, manifest["files"] = side_files_of(entries, split_stats.result(), declarations)
-    kept = publish(out, work, manifest, side_data)
+    kept = target.publish(work, manifest, side_data)
     report = manifest["report"]
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in new_shards), len(new_shards),
                    sum(r["bytes"] for r in new_shards), time.perf_counter() - began,

@@ -44,8 +44,9 @@ from typing import Any, Iterable
 from tqdm import tqdm
 
 from robowds.export.errors import UserError
+from robowds.export.executors.executor import Executor
 from robowds.export.job.report import other_export
-from robowds.export.job.shards import ShardTask
+from robowds.export.job.shards import ShardTask, check_shard_space, write_shard
 from robowds.export.job.side_files import PATHS as SIDE_PATHS
 from robowds.export.output.energon import FILES as ENERGON_FILES
 from robowds.export.output.energon import NV_META, energon_files
@@ -266,6 +267,31 @@ class Uploader:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._bar.close()
+
+
+def reduce_shards(executor: Executor, work: Path, tasks: list[ShardTask], state: RemoteState | None,
+                  progress: bool) -> dict[str, dict[str, Any]]:
+    """The reduce of an export or an append: write the shards of `tasks` (`shards.write_shard`) into
+    `work/ready/`; returns each shard's record by its path. With `state` (OUT at a URL) a shard a killed
+    run uploaded is neither written nor uploaded again (`pending`), and each shard is uploaded as soon
+    as it is written, then deleted here: the disk holds the shards in flight and those queued for
+    upload, never the whole export twice (the space check asks for that much only)."""
+    todo, records = pending(state, tasks) if state else (tasks, {})
+    check_shard_space(work, todo, executor.in_flight + UPLOADS_QUEUED if state else None)
+    uploads = Uploader(state, work, len(todo), progress) if state else None
+    try:
+        with tqdm(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
+            for rec in executor.map_unordered(write_shard, todo):
+                records[rec["path"]] = rec
+                bar.update(1)
+                if uploads:
+                    uploads.submit(rec)  # uploaded while the next shards are written
+        if uploads:
+            uploads.wait()
+    finally:
+        if uploads:
+            uploads.close()
+    return records
 
 
 def publish_remote(state: RemoteState, manifest: dict[str, Any], side: dict[str, bytes] | None = None) -> list[str]:

@@ -38,10 +38,10 @@ from robowds.export.errors import UserError
 from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.executors.profile import JobProfile
 from robowds.export.job.config import snap_notes
-from robowds.export.job.remote_job import (UPLOADS_QUEUED, RemoteState, Uploader, abandon_remote, default_work_root,
-                                           local_work_dir, pending, prepare_remote, publish_remote)
+from robowds.export.job.remote_job import (RemoteState, abandon_remote, default_work_root, local_work_dir,
+                                           prepare_remote, publish_remote, reduce_shards)
 from robowds.export.job.report import SplitStats, build_manifest, other_export, report_warnings
-from robowds.export.job.shards import check_shard_space, plan_shards, write_shard
+from robowds.export.job.shards import plan_shards
 from robowds.export.job.side_files import side_files
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
@@ -271,7 +271,6 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
     profile.lap("plan")  # resolve, fingerprint, prepare OUT
     executor = choice.make(workers)
     usage = getattr(executor, "usage", None)  # backends that account for their tasks' CPU time
-    uploads: Uploader | None = None
     try:
         executor.check_shared(work, schema.local_folders())  # tasks read these, write into work
         ids = schema.episode_ids
@@ -298,26 +297,12 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         good = [r for r in records if not r["error"]]
         profile.lap("records")
         tasks = plan_shards(work, good, config, job.index)
-        todo, shard_records = pending(remote, tasks) if remote else (tasks, {})  # uploaded: not written again
-        # OUT at a URL: a shard is deleted once uploaded, so the disk holds the shards of the tasks in
-        # flight and those queued for upload, never the whole export twice
-        check_shard_space(work, todo, executor.in_flight + UPLOADS_QUEUED if remote else None)
         profile.lap("shard plan")
-        uploads = Uploader(remote, work, len(todo), progress) if remote else None
-        with tqdm(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
-            for rec in executor.map_unordered(write_shard, todo):
-                shard_records[rec["path"]] = rec
-                bar.update(1)
-                if uploads:
-                    uploads.submit(rec)  # uploaded while the next shards are written
-        if uploads:
-            uploads.wait()
+        shard_records = reduce_shards(executor, work, tasks, remote, progress)
         profile.lap("reduce", usage)
     finally:
         executor.close()
         drop_row_groups()  # the cursors in-process tasks kept (pool workers are gone with theirs)
-        if uploads:
-            uploads.close()
     profile.lap("pool close")
     declarations = declarations_digest(store)  # before the check: a store.yaml changed since is caught there
     check_store_unchanged(store, source, work, remote)
