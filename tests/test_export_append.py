@@ -1,4 +1,5 @@
-"""`robowds export STORE OUT --append` (issue 25, item 1 with 2 and 5), OUT a local folder.
+"""`robowds export STORE OUT --append` (issue 25, item 1 with 2 and 5), OUT a local folder (OUT at an S3
+URL: tests/test_export_append_s3.py; `--executor ray`: tests/test_export_ray.py).
 
 A store of 4 episodes is exported; the store grown to 7 (synth draws episode i from (seed, i), so the
 first 4 are the same) is appended. The old files must be untouched (bytes and mtimes), the new shards

@@ -1,6 +1,7 @@
 """`--executor ray` (issue 16, item 1) on a real local Ray instance: the same bytes as `--workers 1`,
 a Ray worker SIGKILLed mid-task retried (and, without retries, one clear error and a resumable
-export), the same messages as the local executor, convert on Ray, and Ray kept optional.
+export), the same messages as the local executor, convert on Ray, an append (`export --append`, issue
+25) on Ray, and Ray kept optional.
 
 Ray starts once for the module (`ray.init(num_cpus=2)`, auth and usage statistics off through Ray's
 own environment variables, so it never reaches for the network). Starting Ray can hang or crawl on a
@@ -351,3 +352,48 @@ def test_ray_tasks_are_accounted_as_the_pool_accounts_them(ray_cluster: Any) -> 
     assert usage.tasks == 9 and len(usage.each_cpu_s) == 9 and usage.wall_s > 0
     assert usage.worker_cpu_s and os.getpid() not in usage.worker_cpu_s  # measured in Ray's workers
     assert all(cpu > 0 for cpu in usage.worker_cpu_s.values())
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Stands in for a map or reduce task: notes the pid it runs in under `folder`/<task name>, then
+    runs the real task. Runs in Ray workers (pickled by value)."""
+
+    fn: Callable[[Any], Any]
+    folder: str
+
+    def __call__(self, arg: Any) -> Any:
+        with open(Path(self.folder) / self.fn.__name__, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return self.fn(arg)
+
+
+@ON_RAY
+def test_append_on_ray_runs_its_tasks_there_and_writes_the_local_appends_bytes(
+        ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25, item 1: `--append --executor ray` stages the new episodes (map) and writes the new
+    shards (reduce) as Ray tasks, and OUT ends byte-identical to an in-process append."""
+    import robowds.export.job.append as job_append
+    import robowds.export.job.remote_job as remote_job
+
+    for n in (4, 7):  # the first 4 episodes of both stores are the same (synth draws each from (seed, i))
+        write_synthetic_store(tmp_path / f"s{n}", episodes=n)
+    base = tmp_path / "base"
+    settings = [a for s in ("splits={train: rest, val: 0.3}", "window.duration_s=0.4", "stride=8",
+                            "shard.min_shards=2") for a in ("--set", s)]  # tests/test_export_append.py's
+    assert main(["export", str(tmp_path / "s4"), str(base), "--quiet", "--workers", "1", *settings]) == 0
+    for name in ("local", "ray"):
+        subprocess.run(["cp", "-r", str(base), str(tmp_path / name)], check=True)
+    assert main(["export", str(tmp_path / "s7"), str(tmp_path / "local"), "--append", "--quiet", "--workers", "1"]) == 0
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    monkeypatch.setattr(job_append, "stage_episodes", Recorded(job_append.stage_episodes, str(hooks)))
+    monkeypatch.setattr(remote_job, "write_shard", Recorded(remote_job.write_shard, str(hooks)))
+    summary = job_append.run_append(tmp_path / "s7", tmp_path / "ray", workers=2, progress=False,
+                                    executor=ExecutorChoice("ray"))
+    assert (summary.appended, summary.episodes) == (True, 3) and summary.shards >= 2
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+    assert tree_bytes(tmp_path / "ray") != tree_bytes(base)
+    for task in ("stage_episodes", "write_shard"):
+        pids = set((hooks / task).read_text().split())
+        assert pids and str(os.getpid()) not in pids, (task, pids)  # in Ray's workers, never here
