@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from robowds.export.errors import UserError
 from robowds.export.job.remote_job import (RemoteState, default_work_root, finish_remote_publish, publish_remote,
                                            read_remote_manifest)
-from robowds.export.job.run import WORK_DIR, _prepare_remote_out, _prepare_work
+from robowds.export.job.run import WORK_DIR, _prepare_remote_out, _prepare_work, break_lock_error
 from robowds.export.output.oserrors import os_error
 from robowds.export.output.out_lock import OutLock
 from robowds.export.output.publish import finish_publish, publish, read_manifest, remove_work
@@ -76,8 +76,7 @@ def append_out(out: Path | str, options: dict[str, Any] | None = None, work_dir:
     if is_url(out):
         return UrlOut(RemoteOut(str(out), options), work_dir, break_lock)
     if break_lock:
-        raise UserError(f"--break-lock is for an output URL; {out} is a folder, whose lock the system frees when "
-                        f"its export dies (a held one belongs to a running export)", hint="drop --break-lock")
+        raise break_lock_error(out)
     return FolderOut(Path(out).resolve())
 
 

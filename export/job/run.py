@@ -163,6 +163,12 @@ def _prepare_remote_out(remote: RemoteOut, job_id: str, overwrite: bool,
     return _prepare_work(work, job_id), state
 
 
+def break_lock_error(out: Path | str) -> UserError:
+    """`--break-lock` with OUT a folder: there is nothing to break (an export or append into a URL only)."""
+    return UserError(f"--break-lock is for an output URL; {out} is a folder, whose lock the system frees when "
+                     f"its export dies (a held one belongs to a running export)", hint="drop --break-lock")
+
+
 def _batches(items: list[str], size: int) -> Iterable[list[str]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
@@ -183,8 +189,7 @@ def run_export(store: Path | str | StoreLocation, out: Path | str, config: dict[
     executor.check_available()  # before anything is written
     remote = RemoteOut(str(out), out_storage_options) if is_url(out) else None
     if break_lock and remote is None:
-        raise UserError(f"--break-lock is for an output URL; {out} is a folder, whose lock the system frees when "
-                        f"its export dies (a held one belongs to a running export)", hint="drop --break-lock")
+        raise break_lock_error(out)
     store, out = store_location(store), (out if remote else Path(out).resolve())
     if store.local and remote is None:
         store = StoreLocation(str(store.path.resolve()))
