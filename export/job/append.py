@@ -25,6 +25,7 @@ export of the new ones; old shards are neither read nor copied.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -74,15 +75,19 @@ def run_append(store: Path | str | StoreLocation, out: Path | str, given: dict[s
         store = StoreLocation(str(store.path.resolve()))
     lock = target.lock()
     try:
-        lock.acquire()
-    except OSError as exc:
-        raise target.os_error(exc) from exc
-    try:
-        return _append_locked(store, target, given, given_keys or set(), workers, progress, executor, began)
-    except OSError as exc:  # OUT read-only, disk full, no permission: one message, the fix, no traceback
-        raise target.os_error(exc) from exc
-    finally:
-        lock.release()
+        try:
+            lock.acquire()  # inside: a Ctrl-C while a lock object's PUT is in flight still deletes it
+        except OSError as exc:
+            raise target.os_error(exc) from exc
+        summary = _append_locked(store, target, given, given_keys or set(), workers, progress, executor, began)
+    except BaseException as exc:
+        with contextlib.suppress(Exception):  # the append's own error is the one to report (a URL may be down)
+            lock.release()
+        if isinstance(exc, OSError):  # OUT read-only, disk full, no permission: one message, the fix
+            raise target.os_error(exc) from exc
+        raise
+    lock.release()
+    return summary
 
 
 def _old_export(target: AppendOut) -> tuple[dict[str, Any], dict[str, bytes]]:
