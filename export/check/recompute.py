@@ -20,7 +20,7 @@ from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.store.fingerprint import fingerprint
 from robowds.export.store.location import StoreLocation
 from robowds.reader.format import read_sample
-from robowds.reader.manifest import shard_index, shards_of
+from robowds.reader.manifest import ShardInfo, shard_index, shards_of
 from robowds.reader.npz import unpack
 
 
@@ -35,9 +35,12 @@ def config_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def recompute_windows(out: StoreLocation, manifest: dict[str, Any], store: StoreLocation, count: int, seed: int,
-                      result: VerifyResult, progress: bool = False) -> None:
+                      result: VerifyResult, progress: bool = False,
+                      shards: dict[str, list[ShardInfo]] | None = None) -> None:
     """`progress`: a bar on stderr over the picked windows, moving as each is rebuilt (building an
-    episode's windows is most of verify --store's time, so a per-shard bar alone sat still)."""
+    episode's windows is most of verify --store's time, so a per-shard bar alone sat still).
+    `shards`: per split, the shards to pick windows from (`verify --since`: those it read; default
+    every shard the manifest lists)."""
     if fingerprint(store) != manifest["source"]["fingerprint"]:
         result.failures.append(f"store {store} changed since the export (fingerprint differs); "
                                "recomputed windows are not expected to match")
@@ -46,15 +49,15 @@ def recompute_windows(out: StoreLocation, manifest: dict[str, Any], store: Store
     picks: dict[str, list[tuple[str, int, int]]] = {}  # episode -> (shard path, start, stop)
     rng = np.random.default_rng(seed)
     for split in sorted(manifest["splits"]):
-        shards = shards_of(manifest, split)
-        total = sum(s.samples for s in shards)
+        listed = shards_of(manifest, split) if shards is None else shards.get(split, [])
+        total = sum(s.samples for s in listed)
         if not total:
             continue
         chosen = rng.choice(total, size=min(count, total), replace=False)
-        bounds = np.cumsum([0] + [s.samples for s in shards])
+        bounds = np.cumsum([0] + [s.samples for s in listed])
         for flat in sorted(chosen.tolist()):
             i = int(np.searchsorted(bounds, flat, side="right") - 1)
-            shard = shards[i]
+            shard = listed[i]
             offsets = shard_index(shard, out.read_bytes)  # [samples + 1]; verify checked it before
             start, stop = int(offsets[flat - int(bounds[i])]), int(offsets[flat - int(bounds[i]) + 1])
             with out.open(shard.path) as fh:

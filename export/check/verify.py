@@ -4,8 +4,15 @@ Checks every shard's size and sha256, its offset index (`<shard>.idx`: present, 
 manifest lists it, well-formed; inline offsets in a version 1 manifest), parses every tar member,
 compares sample keys, counts and byte offsets with the index, decodes every member against the field
 schema (an `npz` split's packed member checked and unpacked first, CRC-32s included), and the side
-files the manifest lists (size, sha256, readable: `job/side_files.py`); with `--store`, recomputes a seeded random subset of windows from the source with the
+files the manifest lists (size, sha256, readable: `job/side_files.py`), the files derived from the
+manifest (`<split>.wids.json`, `.nv-meta/.info.json`, the report's counts, `generations`:
+`derived.py`); with `--store`, recomputes a seeded random subset of windows from the source with the
 export's own code and compares bytes.
+
+`--since G` reads only the shards the appends after generation G added (`since.shards_to_check`, the
+one place that picks them); everything else above is checked as without it, since every append
+rewrites it. Sample keys are then unique among the shards read only (an append's keys come from its
+new episodes' ids).
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from robowds.export.check.derived import check_derived
 from robowds.export.check.result import VerifyResult
+from robowds.export.check.since import shards_to_check
 from robowds.export.errors import UserError
 from robowds.export.output.publish import load_finished_manifest
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
-from robowds.reader.manifest import ShardIndexError, ShardInfo, shard_index, shards_of, split_layout
+from robowds.reader.manifest import ShardIndexError, ShardInfo, shard_index, split_layout
 from robowds.reader.npz import PACKED, pack, unpack
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
@@ -217,23 +226,31 @@ def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: Ver
 
 
 def verify_export(out: Path | str | StoreLocation, store: Path | str | StoreLocation | None = None,
-                  check_windows: int = 32, seed: int = 0, progress: bool = True) -> VerifyResult:
-    """Check every shard of the export in `out` against its manifest and, with `store`, recompute
-    `check_windows` random windows from it. Both may be folders or fsspec URLs (`StoreLocation`s with
-    their storage options); each shard is read whole once (its sha256)."""
+                  check_windows: int = 32, seed: int = 0, progress: bool = True,
+                  since: int | None = None) -> VerifyResult:
+    """Check every shard of the export in `out` against its manifest (with `since`, only the shards
+    the appends after that generation added) and, with `store`, recompute `check_windows` random
+    windows of those shards from it. Both may be folders or fsspec URLs (`StoreLocation`s with their
+    storage options); each shard read is read whole once (its sha256)."""
     root = store_location(out)
     manifest = load_finished_manifest(root)
-    result = VerifyResult()
+    selection = shards_to_check(manifest, since, out)
+    result = VerifyResult(since=selection.since, selected=len(selection.shards), skipped=selection.skipped,
+                          current=selection.current)
     keys: set[str] = set()
-    jobs = [(split, shard) for split in sorted(manifest["splits"]) for shard in shards_of(manifest, split)]
     try:
-        for split, shard in tqdm(jobs, desc="verify", unit="shard", disable=not progress):
+        for split, shard in tqdm(selection.shards, desc="verify", unit="shard", disable=not progress):
             _check_shard(root, split, shard, manifest["schema"], result, keys, split_layout(manifest, split))
         _check_side_files(root, manifest, result)
+        check_derived(root, manifest, result)
         if store is not None and result.ok:
             from robowds.export.check.recompute import recompute_windows
 
-            recompute_windows(root, manifest, store_location(store), check_windows, seed, result, progress=progress)
+            read: dict[str, list[ShardInfo]] = {}
+            for split, shard in selection.shards:
+                read.setdefault(split, []).append(shard)
+            recompute_windows(root, manifest, store_location(store), check_windows, seed, result, progress=progress,
+                              shards=read)
     except RemoteStoreError as exc:  # the export or the store cannot be read (access, network)
         raise UserError(str(exc), hint=exc.hint) from exc
     return result
