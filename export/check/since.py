@@ -55,12 +55,15 @@ def generation_counts(manifest: dict[str, Any]) -> list[dict[str, int]]:
         if not isinstance(shards, dict) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
                                                    for n in shards.values()):
             raise GenerationsError(f"{at}: 'shards' must map each split to a shard count >= 0")
-        for split, n in sorted(shards.items()):
-            before = counts[-1].get(split, 0) if counts else 0
-            if split not in now or not before <= n <= now[split]:
-                raise GenerationsError(f"{at}: split {split!r} has {n} shard(s), but the manifest lists "
-                                       f"{now.get(split, 0)} and generation {i} had {before} (appends only add "
-                                       "shards)")
+        for split in sorted(set(shards) | set(counts[-1] if counts else ())):
+            n, before = shards.get(split, 0), counts[-1].get(split, 0) if counts else 0
+            if split not in now:
+                raise GenerationsError(f"{at}: split {split!r} is not one of the manifest's splits")
+            if n > now[split]:
+                raise GenerationsError(f"{at}: split {split!r} has {n} shard(s), the manifest lists {now[split]}")
+            if n < before:
+                raise GenerationsError(f"{at}: split {split!r} has {n} shard(s), fewer than generation {i}'s "
+                                       f"{before} (appends only add shards)")
         counts.append(dict(shards))
     if counts[-1] != now:
         raise GenerationsError(f"manifest.json: generations[{len(counts) - 1}]: shards {counts[-1]} are not the "
