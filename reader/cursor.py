@@ -43,6 +43,7 @@ DATASET_KEYS: dict[str, Key] = {
     "block": Key(int), "policy": Key(str, choices=POLICIES), "batch_size": Key(int, 1), "epoch": Key(int, 0),
     "consumed": Key(int, 0), "world_size": Key(int, 1), "history": Key(list),
     "export": Key(str, required=False, nullable=True),  # the export's identity (absent before it was recorded)
+    "generation": Key(int, 1, required=False),  # whose shards the epoch reads (reader/generations.py; absent before)
     "worker": Key(dict, required=False),  # a StatefulDataLoader worker's progress (`state_dict` only)
 }
 # What `Mixture.cursor()` / `state_dict()` write (`reader/mixture.py`).
@@ -51,6 +52,7 @@ MIXTURE_KEYS: dict[str, Key] = {
     "block": Key(int), "policy": Key(str, choices=POLICIES), "batch_size": Key(int, 1), "epoch": Key(int, 0),
     "consumed": Key(int, 0), "world_size": Key(int, 1), "history": Key(list),
     "exports": Key(str, required=False),  # a hash of the sources' export identities (absent before it was recorded)
+    "generations": Key(list, required=False),  # per source, whose shards the epoch reads (absent before)
     "worker": Key(dict, required=False),
 }
 WORKER_KEYS: dict[str, Key] = {"id": Key(int, 0), "workers": Key(int, 1), "yielded": Key(int, 0)}
@@ -146,7 +148,13 @@ def check_export(saved: str | None, mine: str | None, what: str, key: str, epoch
     else:
         where = (f"the cursor was saved on sources whose exports hash to {saved}, this mixture's hash to {mine} "
                  f"(a source is another export: exported again, or another folder)")
-    raise ValueError(
+    raise export_mismatch(where, what, key, epoch)
+
+
+def export_mismatch(where: str, what: str, key: str, epoch: int) -> ValueError:
+    """The one message for a cursor loaded on an export it was not saved on (`where` says which
+    exports), with the fix; `reader/generations.py` uses it for cursors across an append too."""
+    return ValueError(
         f"{what} key {key!r}: {where}: its positions would be another export's samples. Fix: load the cursor "
         f"with the export(s) it was saved from, or drop it and start afresh (a new loader without the cursor, "
         f"or set_epoch({epoch + 1}) for the next epoch)")

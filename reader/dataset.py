@@ -23,9 +23,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.batching import SlotPool, SlotSpec
 from robowds.reader.collation import Collate
-from robowds.reader.cursor import DATASET_KEYS, as_cursor, check_export, check_keys, check_progress, export_id
+from robowds.reader.cursor import DATASET_KEYS, as_cursor, check_keys, check_progress, export_id
 from robowds.reader.emit import planned_items
 from robowds.reader.format import ShardFormatError
+from robowds.reader.generations import counts_at, cursor_generation, epoch_begun, generations_of
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import shards_of, split_layout, split_stats
 from robowds.reader.members import MemberSet
@@ -116,6 +117,8 @@ class ShardDataset(IterableDataset):
         self.manifest, self.base = load_manifest(source, self.storage_options, self.retry)
         self.split = split
         self.export_id = export_id(self.manifest)  # what the cursor records of the export (reader/cursor.py)
+        self.generations = generations_of(self.manifest)  # [generations] what each append added (reader/generations.py)
+        self.generation = len(self.generations)  # the export's; the current epoch's plan reads `plan_generation`'s
         self.shards = shards_of(self.manifest, split)
         self.counts = tuple(s.samples for s in self.shards)
         self._first: list[int] = [0, *itertools.accumulate(self.counts)]  # [S+1] first sample id of each shard
@@ -135,6 +138,7 @@ class ShardDataset(IterableDataset):
         self.cameras = ([n for n, s in self.manifest["schema"].items() if s.get("kind") == "video"
                          and (self.keep is None or n in self.keep)] if video_layout == "TCHW" else [])
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor
+        self.plan_generation = self.generation  # the cursor too: an epoch resumed across an append keeps its shards
         self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
         self._worker: tuple[int, int] = (0, 1)
         self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan, by (epoch, history, rank, world)
@@ -156,12 +160,20 @@ class ShardDataset(IterableDataset):
         return split_stats(self.manifest, self.split)
 
     # -- the plan --------------------------------------------------------------------------------
+    def plan_counts(self) -> tuple[int, ...]:
+        """Samples per shard of the shards the current epoch reads: every shard, or, for an epoch resumed
+        from a cursor saved before an append, the shards of its generation (the first ones: appends add
+        shards at the end, so sample ids do not move). [S]"""
+        return counts_at(self.counts, self.generations, self.split, self.plan_generation)
+
     def plan_spec(self) -> PlanSpec:
-        return PlanSpec(self.counts, self.seed, self.shuffle, self.block, self.policy, self.history)
+        return PlanSpec(self.plan_counts(), self.seed, self.shuffle, self.block, self.policy, self.history)
 
     def plan(self) -> RankPlan:
-        """This rank's plan for the current epoch (cached): O(shards) memory, sample ids per position."""
-        key = (self.epoch, self.history, self.rank, self.world_size)
+        """This rank's plan for the current epoch (cached): O(shards) memory, sample ids per position.
+        Under DDP every rank loads the same cursor, so all plan the same shards (`plan_generation`);
+        ranks that start without a cursor must read the same manifest (docs/reader.md)."""
+        key = (self.epoch, self.history, self.rank, self.world_size, self.plan_generation)
         if self._sequence is None or self._sequence[0] != key:
             self._sequence = (key, RankPlan(self.plan_spec(), self.epoch, self.world_size, self.rank))
         return self._sequence[1]
@@ -188,6 +200,7 @@ class ShardDataset(IterableDataset):
         ended (the cursor already at epoch + 1, position 0), `set_epoch(epoch)` reads that epoch again."""
         if epoch != self.epoch:
             self.epoch, self.start, self.history, self._yielded = int(epoch), 0, (), 0
+            self.plan_generation = self.generation  # a new epoch reads every shard, appended ones too
 
     def at_epoch_end(self) -> bool:
         """Whether the cursor stands after the last sample of a non-empty epoch (a cursor saved there
@@ -204,18 +217,20 @@ class ShardDataset(IterableDataset):
     # -- the cursor ------------------------------------------------------------------------------
     def cursor(self, consumed: int | None = None) -> dict[str, Any]:
         """JSON-serialisable cursor; `consumed` = positions read in this epoch by this rank."""
-        return {"version": STATE_VERSION, "split": self.split, "samples": self._first[-1], "seed": self.seed,
+        return {"version": STATE_VERSION, "split": self.split, "samples": sum(self.plan_counts()), "seed": self.seed,
                 "shuffle": self.shuffle, "block": self.block, "policy": self.policy, "batch_size": self.batch_size,
                 "epoch": self.epoch, "consumed": int(self.start if consumed is None else consumed),
                 "world_size": self.world_size, "history": [[t.world_size, t.consumed] for t in self.history],
-                "export": self.export_id}
+                "export": self.generations[self.plan_generation - 1].export, "generation": self.plan_generation}
 
     def load_cursor(self, state: dict[str, Any]) -> None:
         """Continue where `state` stopped; a different world size re-plans the rest of the epoch.
 
         `state` is checked first (`reader/cursor.py`): each key present, of its type and range, no
         unknown key, `consumed` within the epoch as the saved topology split it, and saved on this
-        export (its `export` key: a cursor saved before robowds recorded it loads unchecked)."""
+        export (its `export` key: a cursor saved before robowds recorded it loads unchecked), or on an
+        earlier generation of it (`generation`, reader/generations.py): then the rest of the epoch reads
+        that generation's shards, exactly the samples the epoch began with."""
         state = as_cursor(state, "cursor")
         version = state.get("version")
         if version not in (1, STATE_VERSION):
@@ -227,12 +242,14 @@ class ShardDataset(IterableDataset):
                 f"this cursor (version 1) was saved in the middle of epoch {state.get('epoch')} by an earlier robowds "
                 "whose shuffled order differs from this one's: resuming it would repeat some samples of that epoch and "
                 f"skip others. Start the next epoch instead: a new dataset with set_epoch({state['epoch'] + 1})")
-        check_export(state.get("export"), self.export_id, "cursor", "export", state["epoch"])
-        mine = self.cursor()
+        generation = cursor_generation(state, self.generations, "cursor")
+        mine = {**self.cursor(), "samples": sum(counts_at(self.counts, self.generations, self.split, generation))}
         for key in ("split", "samples", "seed", "shuffle", "block", "policy"):
             if state[key] != mine[key]:
-                raise ValueError(f"cursor was saved with {key}={state[key]!r}, this dataset has {mine[key]!r}")
-        check_progress(state, self._first[-1], "cursor")
+                at = f" at generation {generation}" if key == "samples" and generation < self.generation else ""
+                raise ValueError(f"cursor was saved with {key}={state[key]!r}, this dataset has {mine[key]!r}{at}")
+        check_progress(state, mine["samples"], "cursor")
+        self.plan_generation = generation if epoch_begun(state) else self.generation
         self.epoch = int(state["epoch"])
         history = tuple(Topology(int(w), int(c)) for w, c in state["history"])
         if int(state["world_size"]) == self.world_size:  # positions do not depend on workers or batch size

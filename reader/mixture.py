@@ -23,10 +23,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from robowds.reader.cursor import MIXTURE_KEYS, as_cursor, check_export, check_keys, check_progress, export_id, \
+from robowds.reader.cursor import MIXTURE_KEYS, as_cursor, check_export, check_keys, check_progress, export_mismatch, \
     exports_hash
 from robowds.reader.dataset import ShardDataset, Transform, checked_batching, resolve_topology, sample_rng
 from robowds.reader.emit import planned_items
+from robowds.reader.generations import counts_at, epoch_begun
 from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
 from robowds.reader.old_keywords import BATCHING, refuse_old_keywords
 from robowds.reader.plan import POLICIES, Topology, worker_chunks, worker_count
@@ -106,9 +107,10 @@ class Mixture(IterableDataset):
         own = [_fill_specs([schema]) for schema in schemas]
         # per source: the fields (and masks) other sources declare and it does not, filled before its transform
         self.fill = [{k: v for k, v in every.items() if k not in mine} if fill_missing else {} for mine in own]
-        self.length_per_epoch = int(samples_per_epoch) if samples_per_epoch is not None else sum(self.sizes)
         self.seed, self.block, self.policy = int(seed), int(block), policy
-        self.exports = exports_hash([export_id(ds.manifest) for ds in self.datasets])  # what the cursor records
+        self._samples_per_epoch = samples_per_epoch  # None: the sum of the sizes of the shards the epoch reads
+        self.current = tuple(ds.generation for ds in self.datasets)  # [S] each source's export generation
+        self._use(self.current)  # sets plan_generations, sizes, length_per_epoch, exports
         self.rank, self.world_size = resolve_topology(rank, world_size)
         self.batch_size, self.drop_last, self.collate_fn = 1, False, None  # set by ShardLoader / set_batching
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor (as ShardDataset's)
@@ -129,20 +131,36 @@ class Mixture(IterableDataset):
         """The normalisation statistics of source `name`'s split, from its manifest (field -> stats)."""
         return self.datasets[self.names.index(name)].stats
 
-    def config_hash(self) -> str:
+    def config_hash(self, sizes: Sequence[int] | None = None) -> str:
         """What a cursor must agree on, hashed (so the cursor stays small for any number of sources):
-        names, weights, and each source's split, size and plan parameters."""
+        names, weights, and each source's split, size (`sizes`, default the current epoch's) and plan
+        parameters."""
         parts = [[n, w, ds.split, size, ds.seed, ds.shuffle, ds.block]
-                 for n, w, ds, size in zip(self.names, self.weights, self.datasets, self.sizes)]
+                 for n, w, ds, size in zip(self.names, self.weights, self.datasets, sizes or self.sizes)]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+    def _counts(self, generations: Sequence[int]) -> list[tuple[int, ...]]:
+        """Per source, samples per shard of the shards its generation in `generations` published."""
+        return [counts_at(ds.counts, ds.generations, ds.split, g) for ds, g in zip(self.datasets, generations)]
+
+    def _use(self, generations: Sequence[int]) -> None:
+        """The epoch reads each source's shards of its generation in `generations` (the current ones, or
+        a cursor's across an append: reader/generations.py): sizes, epoch length and export identities
+        follow. Every rank loads the same cursor, so all plan the same shards."""
+        self.plan_generations = tuple(generations)  # [S] part of the cursor
+        self.sizes = tuple(sum(c) for c in self._counts(generations))  # [S] samples per source this epoch
+        self.length_per_epoch = (int(self._samples_per_epoch) if self._samples_per_epoch is not None
+                                 else sum(self.sizes))
+        self.exports = exports_hash([ds.generations[g - 1].export for ds, g in zip(self.datasets, generations)])
 
     # -- the plan --------------------------------------------------------------------------------
     def plan(self, epoch: int | None = None) -> MixPlan:
         """This rank's plan for `epoch` (default the current one; cached): [S] and [K] arrays."""
         epoch = self.epoch if epoch is None else int(epoch)
-        key = (epoch, self.history, self.rank, self.world_size)
+        key = (epoch, self.history, self.rank, self.world_size, self.plan_generations)
         if self._plan is None or self._plan[0] != key:
-            sources = [SourcePlan(tuple(ds.counts), ds.seed, ds.shuffle, ds.block) for ds in self.datasets]
+            sources = [SourcePlan(counts, ds.seed, ds.shuffle, ds.block)
+                       for ds, counts in zip(self.datasets, self._counts(self.plan_generations))]
             self._plan = (key, MixPlan(self.weights, self.length_per_epoch, sources, self.seed, epoch, self.block,
                                        self.policy, self.history, self.world_size, self.rank))
         return self._plan[1]
@@ -170,6 +188,8 @@ class Mixture(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch, self.start, self.history, self._yielded = int(epoch), 0, (), 0
+            if self.plan_generations != self.current:
+                self._use(self.current)  # a new epoch reads every shard of every source, appended ones too
 
     def at_epoch_end(self) -> bool:
         return 0 < self.epoch_length() <= self.start
@@ -179,32 +199,45 @@ class Mixture(IterableDataset):
             self.set_epoch(finished + 1)
 
     def cursor(self, consumed: int | None = None) -> dict[str, Any]:
-        """JSON-serialisable; ~270 bytes whatever the number of sources (configuration and exports hashed)."""
+        """JSON-serialisable; ~290 bytes plus ~3 per source (configuration and exports hashed; `generations`
+        lists each source's generation)."""
         return {"version": MIX_STATE_VERSION, "kind": "mixture", "config": self.config_hash(),
                 "samples_per_epoch": self.length_per_epoch, "seed": self.seed, "block": self.block,
                 "policy": self.policy, "batch_size": self.batch_size, "epoch": self.epoch,
                 "consumed": int(self.start if consumed is None else consumed), "world_size": self.world_size,
-                "history": [[t.world_size, t.consumed] for t in self.history], "exports": self.exports}
+                "history": [[t.world_size, t.consumed] for t in self.history], "exports": self.exports,
+                "generations": list(self.plan_generations)}
 
     def load_cursor(self, state: dict[str, Any]) -> None:
         """Continue where `state` stopped: another batch size or worker count needs nothing (the cursor
         counts positions); another world size re-plans the rest of the epoch (elastic).
 
         `state` is checked first (`reader/cursor.py`), as `ShardDataset.load_cursor` checks its own; the
-        sources' exports through the `exports` hash (a cursor saved before it was recorded loads unchecked)."""
+        sources' exports through the `exports` hash (a cursor saved before it was recorded loads unchecked).
+        A source appended to since (`generations`: reader/generations.py) finishes the epoch over the
+        shards the epoch began with; the next epoch reads all of them."""
         state = as_cursor(state, "mixture cursor")
         if state.get("kind") != "mixture" or state.get("version") != MIX_STATE_VERSION:
             raise ValueError(f"not a mixture cursor of version {MIX_STATE_VERSION}: {state.get('kind')!r}, "
                              f"version {state.get('version')!r}")
         check_keys(state, MIXTURE_KEYS, "mixture cursor")
-        check_export(state.get("exports"), self.exports, "mixture cursor", "exports", state["epoch"])
-        mine = self.cursor()
-        for key in ("config", "samples_per_epoch", "seed", "block", "policy"):
-            if state[key] != mine[key]:
-                what = " (sources, weights, or a source's split, size or plan)" if key == "config" else ""
-                raise ValueError(f"mixture cursor was saved with {key}={state[key]!r}{what}, "
-                                 f"this mixture has {mine[key]!r}")
-        check_progress(state, self.length_per_epoch, "mixture cursor")
+        generations = self._cursor_generations(state)
+        now = self.plan_generations
+        self._use(generations)  # what the cursor's epoch read; back to `now` if the cursor is refused
+        try:
+            check_export(state.get("exports"), self.exports, "mixture cursor", "exports", state["epoch"])
+            mine = self.cursor()
+            for key in ("config", "samples_per_epoch", "seed", "block", "policy"):
+                if state[key] != mine[key]:
+                    what = " (sources, weights, or a source's split, size or plan)" if key == "config" else ""
+                    raise ValueError(f"mixture cursor was saved with {key}={state[key]!r}{what}, "
+                                     f"this mixture has {mine[key]!r}")
+            check_progress(state, self.length_per_epoch, "mixture cursor")
+        except ValueError:
+            self._use(now)
+            raise
+        if not epoch_begun(state):  # nothing of the epoch read: it reads every shard, as a new epoch
+            self._use(self.current)
         self.epoch = int(state["epoch"])
         history = tuple(Topology(int(w), int(c)) for w, c in state["history"])
         if int(state["world_size"]) == self.world_size:
@@ -212,6 +245,23 @@ class Mixture(IterableDataset):
         else:
             self.history, self.start = history + (Topology(int(state["world_size"]), int(state["consumed"])),), 0
         self._yielded = 0
+
+    def _cursor_generations(self, state: dict[str, Any]) -> tuple[int, ...]:
+        """Each source's generation in the cursor (`generations`; a cursor without it, saved before it was
+        recorded: the current ones), checked: one per source, each one its export has."""
+        if "generations" not in state:
+            return self.current
+        listed = state["generations"]
+        if len(listed) != len(self.datasets) or not all(type(g) is int and g >= 1 for g in listed):
+            raise ValueError(f"mixture cursor key 'generations' must list one integer >= 1 per source "
+                             f"({len(self.datasets)}), got {json.dumps(listed)[:60]}: pass what state_dict() "
+                             "returned, unchanged (through JSON is fine)")
+        for name, g, last in zip(self.names, listed, self.current):
+            if g > last:
+                raise export_mismatch(f"the cursor was saved at generation {g} of source {name!r}, whose export "
+                                      f"has generations 1 to {last} (another export, or exported again)",
+                                      "mixture cursor", "generations", state["epoch"])
+        return tuple(listed)
 
     def state_dict(self) -> dict[str, Any]:
         """Stateful protocol (torchdata StatefulDataLoader calls it inside each worker)."""
