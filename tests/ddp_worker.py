@@ -4,6 +4,9 @@ Reads one epoch of a split with `ShardLoader(ShardDataset(...))`, taking rank an
 initialised process group, and does one `all_reduce` per batch as DDP's gradient sync would: if the
 ranks got different batch counts, the one with more batches blocks in its extra `all_reduce` (the test
 fails on its timeout). Writes `<outdir>/rank<r>.json`: the batch count and every `__key__` in order.
+With `--resume-from OLD --take K` (`tests/test_reader_append_resume.py`) it first reads K batches of
+OLD, an export OUT was appended from, and loads that cursor on OUT: `head` is what OLD gave, `keys`
+the rest of the epoch, `next` the following epoch.
 
 usage: torchrun --nproc_per_node=2 tests/ddp_worker.py OUT OUTDIR --policy pad --batch-size 8 --workers 2
 """
@@ -32,6 +35,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--resume-from", help="an export OUT was appended from: resume its cursor on OUT")
+    p.add_argument("--take", type=int, default=1, help="batches of --resume-from read before its cursor is saved")
     args = p.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
@@ -41,17 +46,27 @@ def main() -> None:
     keys: list[str] = []
     batches = 0
     synced = torch.zeros(1)
+    resumed: dict[str, object] = {}
+    if args.resume_from:
+        before = ShardLoader(ShardDataset(args.resume_from, args.split, seed=args.seed, policy=args.policy),
+                             batch_size=args.batch_size, num_workers=args.workers)
+        head = [batch["__key__"] for _, batch in zip(range(args.take), before)]  # range first: no extra batch
+        state = json.loads(json.dumps(before.state_dict()))  # every rank's is the same: all plan the same shards
+        loader.load_state_dict(state)
+        resumed = {"head": [k for b in head for k in b], "generation_saved": state["generation"]}
     for batch in loader:
         keys.extend(batch["__key__"])
         batches += 1
         grad = torch.tensor([float(len(batch["__key__"]))])  # stands in for a gradient
         dist.all_reduce(grad)  # blocks forever (until the timeout) if another rank has no batch left
         synced += grad
+    if args.resume_from:
+        resumed["next"] = [k for batch in loader for k in batch["__key__"]]
     total = torch.tensor([float(batches)])
     dist.all_reduce(total, op=dist.ReduceOp.MAX)
     record = {"rank": rank, "world_size": world, "batches": batches, "max_batches": int(total.item()),
               "len": len(loader), "keys": keys, "synced_samples": int(synced.item()),
-              "dataset_world": [loader.dataset.rank, loader.dataset.world_size], "pid": os.getpid()}
+              "dataset_world": [loader.dataset.rank, loader.dataset.world_size], "pid": os.getpid(), **resumed}
     args.outdir.mkdir(parents=True, exist_ok=True)
     (args.outdir / f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
