@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import hashlib
 import itertools
 import os
 from collections import deque
@@ -18,12 +17,12 @@ from concurrent.futures import Future
 from typing import Any, Callable, Iterator
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.batching import SlotPool, SlotSpec
 from robowds.reader.collation import Collate
 from robowds.reader.cursor import DATASET_KEYS, as_cursor, check_keys, check_progress, export_id
+from robowds.reader.dataset_args import checked_batching, resolve_topology, sample_rng
 from robowds.reader.emit import planned_items
 from robowds.reader.format import ShardFormatError
 from robowds.reader.generations import counts_at, cursor_generation, epoch_begun, generations_of
@@ -32,7 +31,7 @@ from robowds.reader.manifest import shards_of, split_layout, split_stats
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
 from robowds.reader.old_keywords import BATCHING, REMOTE, refuse_old_keywords
-from robowds.reader.remote_options import Remote, whole_number
+from robowds.reader.remote_options import Remote
 from robowds.reader.select import make_decoder, select_fields
 from robowds.reader.shard_cache import ShardCache
 from robowds.reader.source import ShardReadError, ShardSource, load_manifest
@@ -52,34 +51,6 @@ class _PooledCollate:
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         return self.collate_fn.collate(samples, self.pool.storage)
-
-
-def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit arguments, else the initialised process group, else torchrun's environment, else 1 rank."""
-    if (rank is None) != (world_size is None):
-        raise ValueError("pass both rank and world_size, or neither (then torch.distributed or torchrun decide)")
-    if rank is not None and world_size is not None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is outside world size {world_size}")
-        return int(rank), int(world_size)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def sample_rng(seed: int, epoch: int, key: str) -> np.random.Generator:
-    """The per-sample generator for augmentations: a function of (seed, epoch, key) only, so a resumed
-    or re-sharded run augments every sample exactly as the uninterrupted run did."""
-    digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-    return np.random.default_rng([seed, epoch, digest])
-
-
-def checked_batching(batch_size: int, drop_last: bool, collate_fn: Callable[[list[dict[str, Any]]], Any] | None
-                     ) -> tuple[int, bool, Callable[[list[dict[str, Any]]], Any] | None]:
-    """`set_batching`'s arguments, checked (ShardDataset's and Mixture's)."""
-    if whole_number(batch_size) is None or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    return int(batch_size), bool(drop_last), collate_fn
 
 
 class ShardDataset(IterableDataset):

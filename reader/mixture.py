@@ -25,7 +25,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.cursor import MIXTURE_KEYS, as_cursor, check_export, check_keys, check_progress, export_mismatch, \
     exports_hash
-from robowds.reader.dataset import ShardDataset, Transform, checked_batching, resolve_topology, sample_rng
+from robowds.reader.dataset import ShardDataset, Transform
+from robowds.reader.dataset_args import checked_batching, resolve_topology, sample_rng
 from robowds.reader.emit import planned_items
 from robowds.reader.generations import counts_at, epoch_begun
 from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
