@@ -6,8 +6,8 @@ missing key or a string for an integer is a KeyError or TypeError deep in the pl
 another export of the same split and size resumes at positions that are that export's samples. So
 every key is checked for presence, type (a JSON bool is not an integer) and range, unknown keys are
 refused, `consumed` and each elastic `history` entry must fit the epoch as the saved topology split it,
-and the export the cursor was saved on must be the one being read. Each problem is one `ValueError`
-naming the key.
+and the export the cursor was saved on must be the one being read, or one it was appended to
+(`reader/generations.py`). Each problem is one `ValueError` naming the key.
 
 Pure: no I/O, no torch; each check is O(keys + history entries x their world sizes).
 """

@@ -2,8 +2,8 @@
 
 Each DataLoader worker computes the same plan (pure, from the manifest's counts, O(shards) memory) and
 reads only its own positions, whose sample ids it computes chunk by chunk as it goes, by byte range.
-The cursor is tiny: (epoch, start position, elastic history); resuming seeks straight to the first
-unconsumed sample.
+The cursor is tiny: (epoch, start position, elastic history, the export generation whose shards the
+epoch reads: reader/generations.py); resuming seeks straight to the first unconsumed sample.
 """
 
 from __future__ import annotations
@@ -142,8 +142,9 @@ class ShardDataset(IterableDataset):
 
     def plan(self) -> RankPlan:
         """This rank's plan for the current epoch (cached): O(shards) memory, sample ids per position.
-        Under DDP every rank loads the same cursor, so all plan the same shards (`plan_generation`);
-        ranks that start without a cursor must read the same manifest (docs/reader.md)."""
+        Under DDP every rank loads the same cursor, so an epoch resumed across an append is planned over
+        the same shards on all (`plan_generation`, from the cursor); every other epoch reads the shards of
+        the manifest this rank loaded, so ranks must load the same one (docs/reader.md)."""
         key = (self.epoch, self.history, self.rank, self.world_size, self.plan_generation)
         if self._sequence is None or self._sequence[0] != key:
             self._sequence = (key, RankPlan(self.plan_spec(), self.epoch, self.world_size, self.rank))

@@ -147,7 +147,8 @@ class Mixture(IterableDataset):
     def _use(self, generations: Sequence[int]) -> None:
         """The epoch reads each source's shards of its generation in `generations` (the current ones, or
         a cursor's across an append: reader/generations.py): sizes, epoch length and export identities
-        follow. Every rank loads the same cursor, so all plan the same shards."""
+        follow. Every rank loads the same cursor, so an epoch resumed across an append plans the same
+        shards on all; the next epoch each rank's current ones (ranks must read the same manifests)."""
         self.plan_generations = tuple(generations)  # [S] part of the cursor
         self.sizes = tuple(sum(c) for c in self._counts(generations))  # [S] samples per source this epoch
         self.length_per_epoch = (int(self._samples_per_epoch) if self._samples_per_epoch is not None
