@@ -22,7 +22,7 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import Mixture, ShardDataset, ShardLoader
-from robowds.reader.manifest import shards_of
+from robowds.reader.manifest import ManifestError, shards_of
 from robowds.reader.plan import PlanSpec, rank_sequence
 
 from test_ddp import WORKER, split_keys, torchrun
@@ -191,3 +191,22 @@ def test_two_ranks_resume_across_an_append(exports: dict[str, Path], tmp_path: P
         assert rec["head"] + rec["keys"] == [old_keys[i] for i in rank_sequence(PlanSpec(counts["old"], seed=5), 0, 2, r)]
         assert rec["next"] == [grown_keys[i] for i in rank_sequence(PlanSpec(counts["grown"], seed=5), 1, 2, r)]
     assert set(ranks[0]["next"] + ranks[1]["next"]) == set(grown_keys)
+
+
+def test_a_damaged_generations_list_is_one_manifest_error(exports: dict[str, Path], tmp_path: Path) -> None:
+    """`generations` is read when a dataset is made: an entry that could not have been written (a shard
+    count past the split's, generations not numbered 1, 2, ...) is one ManifestError naming it."""
+    manifest = json.loads((exports["grown"] / "manifest.json").read_text())
+    first, second = manifest["generations"]
+    cases = [
+        ([first, {**second, "shards": {"train": 99}}],
+         "manifest.json: generations entry 1: split 'train' shard count 99 must be an integer from 6 (the "
+         "generation before) to 11 (the split's shards)"),
+        ([second, first], "manifest.json: generations entry 0: must be an object with 'generation' 1 (generations are "
+                          "numbered on from 1)"),
+    ]
+    for generations, message in cases:
+        (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "generations": generations}))
+        with pytest.raises(ManifestError) as info:
+            ShardDataset(tmp_path, "train")
+        assert str(info.value) == message
