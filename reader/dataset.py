@@ -112,7 +112,8 @@ class ShardDataset(IterableDataset):
         self.plan_generation = self.generation  # the cursor too: an epoch resumed across an append keeps its shards
         self._yielded = 0  # items this worker copy yielded since `start` (Stateful protocol)
         self._worker: tuple[int, int] = (0, 1)
-        self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan, by (epoch, history, rank, world)
+        self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan, by (epoch, history, rank, world,
+        # plan generation)
         self._slots: SlotSpec | None = None  # set by ShardLoader for its workers' pass (reader/batching.py)
 
     def set_batching(self, batch_size: int, drop_last: bool = False,

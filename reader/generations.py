@@ -39,7 +39,8 @@ class Generation:
 
 def generations_of(manifest: Mapping[str, Any], where: str = "manifest.json") -> tuple[Generation, ...]:
     """The manifest's generations, oldest first, checked: numbered 1, 2, ..., each split's shard count
-    an integer that never shrinks and never passes the split's shards. A manifest written before
+    an integer that never shrinks and never passes the split's shards, the last one's every shard (so
+    the current epoch never silently leaves a listed shard out). A manifest written before
     generations were recorded is generation 1 with every shard. A damaged entry is a `ManifestError`
     naming it (never a KeyError in a DataLoader worker)."""
     splits = manifest.get("splits", {})
@@ -53,7 +54,8 @@ def generations_of(manifest: Mapping[str, Any], where: str = "manifest.json") ->
     out: list[Generation] = []
     for i, entry in enumerate(listed):
         at = f"{where}: generations entry {i}"
-        if not (isinstance(entry, dict) and entry.get("generation") == i + 1 and not isinstance(entry["generation"], bool)):
+        number = entry.get("generation") if isinstance(entry, dict) else None
+        if number != i + 1 or isinstance(number, bool):
             raise ManifestError(f"{at}: must be an object with 'generation' {i + 1} (generations are numbered on "
                                 f"from 1)")
         shards, entry_job = entry.get("shards"), entry.get("job_id")
@@ -66,6 +68,11 @@ def generations_of(manifest: Mapping[str, Any], where: str = "manifest.json") ->
                 raise ManifestError(f"{at}: split {split!r} shard count {str(count)[:20]} must be an integer from "
                                     f"{before} (the generation before) to {have} (the split's shards)")
         out.append(Generation(i + 1, entry_job[:EXPORT_ID_CHARS], dict(shards)))
+    for split, entry in splits.items():  # the last generation is the export as it stands: every shard
+        if out[-1].shards.get(split, 0) != len(entry["shards"]):
+            raise ManifestError(f"{where}: generations entry {len(out) - 1} (the last) counts "
+                                f"{out[-1].shards.get(split, 0)} shards of split {split!r}, the split lists "
+                                f"{len(entry['shards'])}")
     if manifest.get("generation", len(out)) != len(out):
         raise ManifestError(f"{where}: 'generation' is {manifest.get('generation')!r}, 'generations' lists "
                             f"{len(out)}")
@@ -89,8 +96,9 @@ def cursor_generation(state: Mapping[str, Any], table: Sequence[Generation], wha
         found = [g.generation for g in table if saved is not None and g.export == saved]
         if saved is None or mine is None or found:
             return found[-1] if found else last
-        raise export_mismatch(f"the cursor was saved on export {saved}, this dataset reads export {mine} (the first "
-                              f"{EXPORT_ID_CHARS} hex digits of each manifest's job_id)", what, "export", state["epoch"])
+        where = (f"the cursor was saved on export {saved}, this dataset reads export {mine} (the first "
+                 f"{EXPORT_ID_CHARS} hex digits of each manifest's job_id)")
+        raise export_mismatch(where, what, "export", state["epoch"])
     g = state["generation"]
     if g > last:
         raise export_mismatch(f"the cursor was saved at generation {g} of export {saved}, this dataset reads export "

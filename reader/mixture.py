@@ -110,8 +110,8 @@ class Mixture(IterableDataset):
         self.fill = [{k: v for k, v in every.items() if k not in mine} if fill_missing else {} for mine in own]
         self.seed, self.block, self.policy = int(seed), int(block), policy
         self._samples_per_epoch = samples_per_epoch  # None: the sum of the sizes of the shards the epoch reads
-        self.current = tuple(ds.generation for ds in self.datasets)  # [S] each source's export generation
-        self._use(self.current)  # sets plan_generations, sizes, length_per_epoch, exports
+        self.source_generations = tuple(ds.generation for ds in self.datasets)  # [S] each source's export generation
+        self._use(self.source_generations)  # sets plan_generations, sizes, length_per_epoch, exports
         self.rank, self.world_size = resolve_topology(rank, world_size)
         self.batch_size, self.drop_last, self.collate_fn = 1, False, None  # set by ShardLoader / set_batching
         self.epoch, self.start, self.history = 0, 0, ()  # the cursor (as ShardDataset's)
@@ -132,12 +132,12 @@ class Mixture(IterableDataset):
         """The normalisation statistics of source `name`'s split, from its manifest (field -> stats)."""
         return self.datasets[self.names.index(name)].stats
 
-    def config_hash(self, sizes: Sequence[int] | None = None) -> str:
+    def config_hash(self) -> str:
         """What a cursor must agree on, hashed (so the cursor stays small for any number of sources):
-        names, weights, and each source's split, size (`sizes`, default the current epoch's) and plan
+        names, weights, and each source's split, size (the shards the current epoch reads) and plan
         parameters."""
         parts = [[n, w, ds.split, size, ds.seed, ds.shuffle, ds.block]
-                 for n, w, ds, size in zip(self.names, self.weights, self.datasets, sizes or self.sizes)]
+                 for n, w, ds, size in zip(self.names, self.weights, self.datasets, self.sizes)]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
     def _counts(self, generations: Sequence[int]) -> list[tuple[int, ...]]:
@@ -190,8 +190,8 @@ class Mixture(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch, self.start, self.history, self._yielded = int(epoch), 0, (), 0
-            if self.plan_generations != self.current:
-                self._use(self.current)  # a new epoch reads every shard of every source, appended ones too
+            if self.plan_generations != self.source_generations:
+                self._use(self.source_generations)  # a new epoch reads every shard of every source, appended ones too
 
     def at_epoch_end(self) -> bool:
         return 0 < self.epoch_length() <= self.start
@@ -239,7 +239,7 @@ class Mixture(IterableDataset):
             self._use(now)
             raise
         if not epoch_begun(state):  # nothing of the epoch read: it reads every shard, as a new epoch
-            self._use(self.current)
+            self._use(self.source_generations)
         self.epoch = int(state["epoch"])
         history = tuple(Topology(int(w), int(c)) for w, c in state["history"])
         if int(state["world_size"]) == self.world_size:
@@ -252,13 +252,13 @@ class Mixture(IterableDataset):
         """Each source's generation in the cursor (`generations`; a cursor without it, saved before it was
         recorded: the current ones), checked: one per source, each one its export has."""
         if "generations" not in state:
-            return self.current
+            return self.source_generations
         listed = state["generations"]
         if len(listed) != len(self.datasets) or not all(type(g) is int and g >= 1 for g in listed):
             raise ValueError(f"mixture cursor key 'generations' must list one integer >= 1 per source "
                              f"({len(self.datasets)}), got {json.dumps(listed)[:60]}: pass what state_dict() "
                              "returned, unchanged (through JSON is fine)")
-        for name, g, last in zip(self.names, listed, self.current):
+        for name, g, last in zip(self.names, listed, self.source_generations):
             if g > last:
                 raise export_mismatch(f"the cursor was saved at generation {g} of source {name!r}, whose export "
                                       f"has generations 1 to {last} (another export, or exported again)",

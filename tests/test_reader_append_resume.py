@@ -124,8 +124,9 @@ def test_a_cursor_of_another_export_or_generation_is_refused(exports: dict[str, 
     old, grown, other = (dataset(exports[n]) for n in ("old", "grown", "other"))
     ids = {n: json.loads((exports[n] / "manifest.json").read_text())["job_id"][:16] for n in exports}
     assert sum(other.counts) == sum(old.counts)  # the premise: the same size, other samples
-    tail = ": its positions would be another export's samples. Fix: load the cursor with the export(s) it was " \
-           "saved from, or drop it and start afresh (a new loader without the cursor, or set_epoch(1) for the next epoch)"
+    tail = (": its positions would be another export's samples. Fix: load the cursor with the export(s) it was "
+            "saved from, or drop it and start afresh (a new loader without the cursor, or set_epoch(1) for the "
+            "next epoch)")
     cases = [
         (old, other, f"cursor key 'export': the cursor was saved on export {ids['old']}, this dataset reads export "
                      f"{ids['other']} (the first 16 hex digits of each manifest's job_id)"),
@@ -186,16 +187,18 @@ def test_two_ranks_resume_across_an_append(exports: dict[str, Path], tmp_path: P
     old_keys, grown_keys = split_keys(old), split_keys(grown)
     counts = {n: tuple(s.samples for s in shards_of(json.loads((exports[n] / "manifest.json").read_text()), "train"))
               for n in ("old", "grown")}
+    specs = {n: PlanSpec(c, seed=5) for n, c in counts.items()}
     for r, rec in enumerate(ranks):
         assert rec["generation_saved"] == 1 and rec["batches"] == rec["max_batches"]
-        assert rec["head"] + rec["keys"] == [old_keys[i] for i in rank_sequence(PlanSpec(counts["old"], seed=5), 0, 2, r)]
-        assert rec["next"] == [grown_keys[i] for i in rank_sequence(PlanSpec(counts["grown"], seed=5), 1, 2, r)]
+        assert rec["head"] + rec["keys"] == [old_keys[i] for i in rank_sequence(specs["old"], 0, 2, r)]
+        assert rec["next"] == [grown_keys[i] for i in rank_sequence(specs["grown"], 1, 2, r)]
     assert set(ranks[0]["next"] + ranks[1]["next"]) == set(grown_keys)
 
 
 def test_a_damaged_generations_list_is_one_manifest_error(exports: dict[str, Path], tmp_path: Path) -> None:
     """`generations` is read when a dataset is made: an entry that could not have been written (a shard
-    count past the split's, generations not numbered 1, 2, ...) is one ManifestError naming it."""
+    count past the split's, generations not numbered 1, 2, ..., a last one that leaves shards out) is
+    one ManifestError naming it."""
     manifest = json.loads((exports["grown"] / "manifest.json").read_text())
     first, second = manifest["generations"]
     cases = [
@@ -204,6 +207,7 @@ def test_a_damaged_generations_list_is_one_manifest_error(exports: dict[str, Pat
          "generation before) to 11 (the split's shards)"),
         ([second, first], "manifest.json: generations entry 0: must be an object with 'generation' 1 (generations are "
                           "numbered on from 1)"),
+        ([first], "manifest.json: generations entry 0 (the last) counts 6 shards of split 'train', the split lists 11"),
     ]
     for generations, message in cases:
         (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "generations": generations}))
