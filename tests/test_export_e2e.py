@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import os
 import random
 import subprocess
@@ -187,6 +188,12 @@ def test_rerun_is_noop_and_config_change_needs_overwrite(store: Path, tmp_path: 
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     assert main(["export", str(store), str(out), "--quiet"]) == 0
     assert "up to date" in capsys.readouterr().out
+    began = time.perf_counter()
+    assert main(["export", str(store), str(out), "--json"]) == 0
+    took = time.perf_counter() - began
+    done = json.loads(capsys.readouterr().out)
+    # the store's fingerprint and OUT's manifest were read: that took time (it said 0.0 before)
+    assert done["up_to_date"] and 0 < done["seconds"] <= took, (done["seconds"], took)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
     assert main(["export", str(store), str(out), "--quiet", "--fps", "5"]) == 2
     assert "--overwrite" in capsys.readouterr().err

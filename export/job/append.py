@@ -160,7 +160,7 @@ def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
                        sum(s["samples"] for s in doc["splits"].values()),
                        sum(len(s["shards"]) for s in doc["splits"].values()),
-                       sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True,
+                       sum(s["bytes"] for s in doc["splits"].values()), time.perf_counter() - began, up_to_date=True,
                        splits=doc["report"].get("splits"))
     source = fingerprint(store)
     job_id = _append_id(doc["job_id"], source, added)

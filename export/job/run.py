@@ -230,7 +230,7 @@ def _export_locked(store: StoreLocation, out: Path | str, remote: RemoteOut | No
         shards = sum(len(s["shards"]) for s in doc["splits"].values())
         windows = sum(s["samples"] for s in doc["splits"].values())
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
-                       windows, shards, sum(s["bytes"] for s in doc["splits"].values()), 0.0, up_to_date=True,
+                       windows, shards, sum(s["bytes"] for s in doc["splits"].values()), time.perf_counter() - began, up_to_date=True,
                        notes=notes, splits=doc["report"].get("splits"))
     job = replace(job, work=str(work), source=source)
     try:
