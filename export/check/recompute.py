@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from robowds.export.check.result import VerifyResult
 from robowds.export.errors import EpisodeError
 from robowds.export.job.build import EpisodeWindows, build_episode
 from robowds.export.job.config import DEFAULTS, STREAM_KEYS
 from robowds.export.job.spec import resolve
+from robowds.export.progress import progress_bar
 from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.store.fingerprint import fingerprint
 from robowds.export.store.location import StoreLocation
@@ -67,7 +67,7 @@ def recompute_windows(out: StoreLocation, manifest: dict[str, Any], store: Store
             episode = next(ep for ep, prefix in job.prefixes.items() if key.rsplit("_", 1)[0] == prefix)
             picks.setdefault(episode, []).append((key, shard.path, start, blob))
     loader = EpisodeLoader(job.schema, job.load_fields)
-    bar = tqdm(total=sum(map(len, picks.values())), desc="recompute", unit="window", disable=not progress)
+    bar = progress_bar(total=sum(map(len, picks.values())), desc="recompute", unit="window", disable=not progress)
     for data in loader.load(sorted(picks)):
         if isinstance(data, EpisodeError):
             result.failures.append(str(data))

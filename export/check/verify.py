@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from robowds.export.check.derived import check_derived
 from robowds.export.check.result import VerifyResult
 from robowds.export.check.since import shards_to_check
 from robowds.export.errors import UserError
 from robowds.export.output.publish import load_finished_manifest
+from robowds.export.progress import progress_bar
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.format import ShardFormatError, decode_npy, group_samples, iter_members
 from robowds.reader.manifest import ShardIndexError, ShardInfo, shard_index, split_layout
@@ -239,7 +239,7 @@ def verify_export(out: Path | str | StoreLocation, store: Path | str | StoreLoca
                           current=selection.current)
     keys: set[str] = set()
     try:
-        for split, shard in tqdm(selection.shards, desc="verify", unit="shard", disable=not progress):
+        for split, shard in progress_bar(selection.shards, desc="verify", unit="shard", disable=not progress):
             _check_shard(root, split, shard, manifest["schema"], result, keys, split_layout(manifest, split))
         _check_side_files(root, manifest, result)
         check_derived(root, manifest, result)

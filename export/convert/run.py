@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from robowds.export.convert.episode_store import FieldSpec, arrow_table, store_yaml
 from robowds.export.convert.store_writer import write_store
 from robowds.export.errors import UserError
 from robowds.export.executors.executor import LOCAL, ExecutorChoice
+from robowds.export.progress import progress_bar
 
 MAX_SKIPPED_LISTED = 5  # episodes named in the summary line; the report lists them all
 
@@ -87,7 +87,7 @@ def run_conversion(conv: Conversion, store: Path, overwrite: bool = False, worke
             runner.check_shared(folder, [conv.source, *conv.media_roots])  # tasks read these, write into folder
             jobs = (_Task(conv.convert, task, folder, skip_bad) for task in conv.tasks)
             results = runner.map_ordered(_run_one, jobs)
-            for task, row in tqdm(zip(conv.tasks, results), total=len(conv.tasks), desc="convert", unit="ep",
+            for task, row in progress_bar(zip(conv.tasks, results), total=len(conv.tasks), desc="convert", unit="ep",
                                   disable=not progress):
                 if isinstance(row, UserError):
                     skipped.append({"episode": conv.describe(task), "reason": row.message})  # the fix is the skip

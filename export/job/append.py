@@ -33,8 +33,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from robowds.export import __version__
 from robowds.export.core.shard_plan import PLAN_VERSION
 from robowds.export.errors import UserError
@@ -50,6 +48,7 @@ from robowds.export.job.side_files import (EPISODES, STATS_STATE, compare_episod
                                            episode_entries, load_stats_state, read_declarations, side_files_of)
 from robowds.export.job.spec import resolve
 from robowds.export.job.stage import load_record, stage_episodes
+from robowds.export.progress import progress_bar
 from robowds.export.store.episode_identity import declarations_digest
 from robowds.export.store.episodes import EpisodeLoader
 from robowds.export.store.fingerprint import fingerprint
@@ -120,8 +119,8 @@ def _refuse_changes(store: StoreLocation, job: Any, old: dict[str, Any], declara
                     recorded: str | None) -> list[str]:
     """The added episode ids, in the store's order; a UserError if an old episode changed or went."""
     if declarations != recorded:
-        raise UserError(f"cannot append: the store's store.yaml changed since the export (its declarations apply "
-                        f"to every episode, so every old window may differ)", hint=FULL_EXPORT)
+        raise UserError("cannot append: the store's store.yaml changed since the export (its declarations apply "
+                        "to every episode, so every old window may differ)", hint=FULL_EXPORT)
     exported = {ep: (e.fingerprint, e.split) for ep, e in old.items() if e.exported}
     present = [ep for ep in job.schema.episode_ids if ep in exported]
     loader = EpisodeLoader(job.schema, job.load_fields)
@@ -172,7 +171,7 @@ def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any
     try:
         executor.check_shared(work, job.schema.local_folders())  # tasks read these, write into work
         per_task = max(1, min(EPISODES_PER_TASK, len(added) // max(1, 4 * executor.workers)))
-        with tqdm(total=len(added), desc="episodes", unit="ep", disable=not progress) as bar:
+        with progress_bar(total=len(added), desc="episodes", unit="ep", disable=not progress) as bar:
             tasks = ((job.for_episodes(b), b) for b in _batches(read_order(job.schema, added), per_task))
             for batch in executor.map_unordered(stage_episodes, tasks):
                 split_stats.fold_states(batch.stats)

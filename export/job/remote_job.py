@@ -39,9 +39,7 @@ import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
-
-from tqdm import tqdm
+from typing import Any
 
 from robowds.export.errors import UserError
 from robowds.export.executors.executor import Executor
@@ -53,6 +51,7 @@ from robowds.export.output.energon import NV_META, energon_files
 from robowds.export.output.out_lock import LOCK_NAME
 from robowds.export.output.publish import READY, nv_meta_warnings, owned_files, shard_indexes, wids_index
 from robowds.export.output.remote_out import RemoteOut
+from robowds.export.progress import progress_bar
 from robowds.reader.manifest import (INDEX_SUFFIX, MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest,
                                      safe_relative)
 
@@ -226,7 +225,7 @@ class Uploader:
         self.state, self.work = state, work
         self._pool = ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="robowds-upload")
         self._futures: list[Future[None]] = []  # not yet known to have succeeded: at most UPLOADS_QUEUED
-        self._bar = tqdm(total=total, desc="uploads", unit="shard", disable=not progress)
+        self._bar = progress_bar(total=total, desc="uploads", unit="shard", disable=not progress)
 
     def submit(self, record: dict[str, Any]) -> None:
         """Queue a written shard's upload; waits while UPLOADS_QUEUED are queued, so a reduce faster
@@ -280,7 +279,7 @@ def reduce_shards(executor: Executor, work: Path, tasks: list[ShardTask], state:
     check_shard_space(work, todo, executor.in_flight + UPLOADS_QUEUED if state else None)
     uploads = Uploader(state, work, len(todo), progress) if state else None
     try:
-        with tqdm(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
+        with progress_bar(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
             for rec in executor.map_unordered(write_shard, todo):
                 records[rec["path"]] = rec
                 bar.update(1)

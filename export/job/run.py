@@ -30,8 +30,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from tqdm import tqdm
-
 from robowds.export import __version__
 from robowds.export.core.shard_plan import PLAN_VERSION
 from robowds.export.errors import UserError
@@ -51,6 +49,7 @@ from robowds.export.output.out_lock import LOCK_NAME, OutLock
 from robowds.export.output.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
 from robowds.export.output.remote_lock import RemoteLock
 from robowds.export.output.remote_out import RemoteOut, is_url
+from robowds.export.progress import progress_bar
 from robowds.export.store.declarations import STORE_YAML
 from robowds.export.store.episode_identity import declarations_digest
 from robowds.export.store.fingerprint import fingerprint
@@ -281,7 +280,7 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         ids = schema.episode_ids
         per_task = max(1, min(EPISODES_PER_TASK, len(ids) // max(1, 4 * executor.workers)))
         split_stats = SplitStats()  # one state per split and field, folded batch by batch as tasks finish
-        with tqdm(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
+        with progress_bar(total=len(ids), desc="episodes", unit="ep", disable=not progress) as bar:
             # batches in the tables' row order, so each worker reads a table forward, once per job
             # (row_stream.py); which episodes share a batch does not change a byte of the output
             batches = _batches(read_order(schema, ids), per_task)

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from robowds.export.core.extent import ExtentError, episode_extent, segment_span
 from robowds.export.core.plausible import MAX_EPISODE_S, extent_problem, period_problem
 from robowds.export.core.precision import PrecisionLoss, float32_loss, loss_fix, loss_text, worst
 from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.media.frames import MISSING_FRAMES_LIMIT, VideoError, VideoReadError, probe_video
+from robowds.export.progress import progress_bar
 from robowds.export.store.declarations import Problem
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.location import StoreFile, StoreLocation
@@ -152,7 +152,7 @@ def validate_store(root: Path | StoreLocation, progress: bool = False, max_episo
     # in episode id order: each episode's problems are set aside until then
     episodes = loader.load_all(read_order(schema, schema.episode_ids))
     found: dict[str, list[Problem]] = {}
-    for data, errors in tqdm(episodes, total=len(schema.episode_ids), desc="validate", unit="ep",
+    for data, errors in progress_bar(episodes, total=len(schema.episode_ids), desc="validate", unit="ep",
                              disable=not progress):
         before = len(report.problems)
         for error in errors:
