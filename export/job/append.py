@@ -48,6 +48,7 @@ from robowds.export.job.side_files import (EPISODES, STATS_STATE, compare_episod
                                            episode_entries, load_stats_state, read_declarations, side_files_of)
 from robowds.export.job.spec import resolve
 from robowds.export.job.stage import load_record, stage_episodes
+from robowds.export.job.staging_release import StagingRelease, released_windows
 from robowds.export.progress import progress_bar
 from robowds.export.store.episode_identity import declarations_digest
 from robowds.export.store.episodes import EpisodeLoader
@@ -164,7 +165,7 @@ def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any
     source = fingerprint(store)
     job_id = _append_id(doc["job_id"], source, added)
     work = target.prepare(job_id)
-    job = replace(job, work=str(work), source=source)
+    job = replace(job, work=str(work), source=source, released=released_windows(work))
     split_stats = SplitStats()
     split_stats.fold_states(load_stats_state(side[doc["files"][STATS_STATE]["path"]]))
     executor = choice.make(workers)
@@ -185,7 +186,8 @@ def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any
         good = [r for r in records if not r["error"]]
         first = {split: len(entry["shards"]) for split, entry in doc["splits"].items()}
         shard_tasks = plan_shards(work, good, resolved, job.index, first_shard=first)
-        shard_records = reduce_shards(executor, work, shard_tasks, target.state, progress)  # with a URL: uploads
+        release = StagingRelease(work, good, job.index, job.released)  # frees staged windows as shards land
+        shard_records = reduce_shards(executor, work, shard_tasks, target.state, progress, release)  # a URL: uploads
     finally:
         executor.close()
         drop_row_groups()

@@ -46,6 +46,7 @@ from robowds.export.executors.executor import Executor
 from robowds.export.job.report import other_export
 from robowds.export.job.shards import ShardTask, check_shard_space, write_shard
 from robowds.export.job.side_files import PATHS as SIDE_PATHS
+from robowds.export.job.staging_release import StagingRelease
 from robowds.export.output.energon import FILES as ENERGON_FILES
 from robowds.export.output.energon import NV_META, energon_files
 from robowds.export.output.out_lock import LOCK_NAME
@@ -269,19 +270,22 @@ class Uploader:
 
 
 def reduce_shards(executor: Executor, work: Path, tasks: list[ShardTask], state: RemoteState | None,
-                  progress: bool) -> dict[str, dict[str, Any]]:
+                  progress: bool, release: StagingRelease) -> dict[str, dict[str, Any]]:
     """The reduce of an export or an append: write the shards of `tasks` (`shards.write_shard`) into
     `work/ready/`; returns each shard's record by its path. With `state` (OUT at a URL) a shard a killed
     run uploaded is neither written nor uploaded again (`pending`), and each shard is uploaded as soon
     as it is written, then deleted here: the disk holds the shards in flight and those queued for
-    upload, never the whole export twice (the space check asks for that much only)."""
+    upload, never the whole export twice (the space check asks for that much only). `release` frees
+    each written shard's windows in the staging files (`staging_release.py`)."""
     todo, records = pending(state, tasks) if state else (tasks, {})
     check_shard_space(work, todo, executor.in_flight + UPLOADS_QUEUED if state else None)
     uploads = Uploader(state, work, len(todo), progress) if state else None
     try:
         with progress_bar(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
+            entries = {t.path: t.entries for t in todo}
             for rec in executor.map_unordered(write_shard, todo):
                 records[rec["path"]] = rec
+                release.shard_done(entries[rec["path"]], work / READY / rec["path"])  # before its upload deletes it
                 bar.update(1)
                 if uploads:
                     uploads.submit(rec)  # uploaded while the next shards are written

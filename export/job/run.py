@@ -43,6 +43,7 @@ from robowds.export.job.shards import plan_shards
 from robowds.export.job.side_files import side_files
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
+from robowds.export.job.staging_release import StagingRelease, released_windows
 from robowds.export.output.fsio import fsync_write
 from robowds.export.output.oserrors import os_error, work_note
 from robowds.export.output.out_lock import LOCK_NAME, OutLock
@@ -231,7 +232,7 @@ def _export_locked(store: StoreLocation, out: Path | str, remote: RemoteOut | No
         return Summary(out, doc["report"]["episodes"]["exported"], len(doc["report"]["episodes"]["rejected"]),
                        windows, shards, sum(s["bytes"] for s in doc["splits"].values()), time.perf_counter() - began, up_to_date=True,
                        notes=notes, splits=doc["report"].get("splits"))
-    job = replace(job, work=str(work), source=source)
+    job = replace(job, work=str(work), source=source, released=released_windows(work))
     try:
         return replace(_run(job, resolved, config, source, job_id, out, work, workers, progress, began, executor,
                             profile, state, store), notes=notes)
@@ -302,7 +303,8 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
         profile.lap("records")
         tasks = plan_shards(work, good, config, job.index)
         profile.lap("shard plan")
-        shard_records = reduce_shards(executor, work, tasks, remote, progress)
+        release = StagingRelease(work, good, job.index, job.released)  # frees staged windows as shards land
+        shard_records = reduce_shards(executor, work, tasks, remote, progress, release)
         profile.lap("reduce", usage)
     finally:
         executor.close()

@@ -115,8 +115,10 @@ def plan_shards(work: Path, records: list[dict[str, Any]], config: dict[str, Any
 
 
 def check_shard_space(work: Path, tasks: list[ShardTask], at_once: int | None = None) -> None:
-    """Refuse before the reduce when the shards (a copy of the staged windows, which stay until publish)
-    cannot fit on the output disk; shards already in `ready/` need no more room. `at_once`: at most
+    """Refuse before the reduce when the shards (a copy of the staged windows) cannot fit on the output
+    disk. The staged windows are freed as their shards are written (`staging_release.py`), so this asks
+    for more than the peak needs: it is kept whole because a file system that cannot punch holes frees
+    staging files only late in the reduce; shards already in `ready/` need no more room. `at_once`: at most
     that many shards are on the disk together (OUT at a URL: each is deleted once uploaded), so only
     the largest `at_once` need room; None: all of them stay."""
     sizes = sorted((int(t.entries[:, 2].sum()) + len(END_OF_ARCHIVE) for t in tasks

@@ -9,7 +9,7 @@ the manifest assembly and `verify`'s recompute all start from the same JobSpec.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,9 @@ class JobSpec:
     splits: dict[str, str]
     index: dict[str, int]
     source: str = ""  # the store's fingerprint (a hash of its tables' bytes): keys the tasks' row-group memo
+    # episode index -> packed bits of its windows an earlier run of the job released (staging_release.py):
+    # only on a resume after the reduce began, O(windows) bits then
+    released: dict[int, bytes] = field(default_factory=dict)
 
     def for_episodes(self, episode_ids: list[str]) -> "JobSpec":
         """The spec a map task needs for these episodes: the per-episode maps (row locations, index,
@@ -47,7 +50,9 @@ class JobSpec:
                          rows={t: {e: r[e] for e in episode_ids if e in r} for t, r in self.schema.rows.items()})
         return replace(self, schema=schema, index={e: self.index[e] for e in episode_ids},
                        prefixes={e: self.prefixes[e] for e in episode_ids},
-                       splits={e: self.splits[e] for e in episode_ids})
+                       splits={e: self.splits[e] for e in episode_ids},
+                       released={self.index[e]: self.released[self.index[e]] for e in episode_ids
+                                 if self.index[e] in self.released})
 
     @property
     def load_fields(self) -> list[str]:
