@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from robowds.export.check.derived import check_derived
 from robowds.export.check.result import VerifyResult
 from robowds.export.check.since import shards_to_check
 from robowds.export.errors import UserError
+from robowds.export.executors.executor import make_executor
 from robowds.export.output.publish import load_finished_manifest
 from robowds.export.progress import progress_bar
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
@@ -38,6 +40,9 @@ from robowds.reader.manifest import ShardIndexError, ShardInfo, shard_index, spl
 from robowds.reader.npz import PACKED, pack, unpack
 
 IMAGE_EXTS = ("png", "jpg", "webp", "bmp")
+# shards below this many bytes in all are checked in-process whatever `workers` says: a pool's start
+# (~0.5-1 s for its interpreters and imports) is more than checking them takes (~0.4 s per 100 MB)
+PARALLEL_MIN_BYTES = 64 << 20
 
 
 def _fits(shape: tuple[int, ...], schema_shape: list[int | None]) -> bool:
@@ -142,49 +147,109 @@ def unpacked(members: dict[str, memoryview], layout: str, where: str, offset: in
     return entries
 
 
-def _check_shard(root: StoreLocation, split: str, shard: ShardInfo, schema: dict[str, Any], result: VerifyResult,
-                 keys: set[str], layout: str = "members") -> None:
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to check: what a pool worker needs (all picklable; the schema is small)."""
+
+    root: StoreLocation
+    split: str
+    shard: ShardInfo
+    schema: dict[str, Any]
+    layout: str = "members"
+
+
+@dataclass
+class ShardCheck:
+    """What checking one shard found, in the order the serial check met it: `events` are failure
+    messages (str) and sample keys (`(key, byte offset)`), so the keys' uniqueness across shards is
+    decided in shard order by `ShardReplay`, the same messages in the same places whatever the number
+    of workers. `read`: the shard was there to read (it counts in `result.shards`)."""
+
+    events: list[str | tuple[str, int]] = field(default_factory=list)
+    samples: int = 0
+    read: bool = False
+
+
+def check_shard(task: ShardTask) -> ShardCheck:
+    """Check one shard against its manifest entry: size, sha256, offset index, every member (a pool
+    task: it reads the shard whole, once, and holds it while it checks it)."""
+    root, shard, out = task.root, task.shard, ShardCheck()
     where = f"shard {shard.path}"
     if not root.is_file(shard.path):
-        result.failures.append(f"{where}: missing")
-        return
+        out.events.append(f"{where}: missing")
+        return out
     size = root.size(shard.path)
     if size != shard.bytes:
-        result.failures.append(f"{where}: {size} bytes, manifest says {shard.bytes}")
-        return
+        out.events.append(f"{where}: {size} bytes, manifest says {shard.bytes}")
+        return out
     data = root.read_bytes(shard.path)
     if hashlib.sha256(data).hexdigest() != shard.sha256:
-        result.failures.append(f"{where}: sha256 does not match the manifest")
+        out.events.append(f"{where}: sha256 does not match the manifest")
     try:
         index: list[int] | None = shard_index(shard, root.read_bytes).tolist()  # [samples + 1]
     except ShardIndexError as exc:  # missing, or not the file the manifest lists
-        result.failures.append(str(exc))
+        out.events.append(str(exc))
         index = None
     said = "manifest" if shard.offsets is not None else f"index {shard.index_path}"
     try:
         samples = list(group_samples(iter_members(data, where), where))
         offsets = [off for _, off, _ in samples]
         if len(samples) != shard.samples:
-            result.failures.append(f"{where}: {len(samples)} samples, manifest says {shard.samples}")
+            out.events.append(f"{where}: {len(samples)} samples, manifest says {shard.samples}")
         elif index is not None and offsets != index[:-1]:
             bad = next(i for i, (a, b) in enumerate(zip(offsets, index)) if a != b)
-            result.failures.append(f"{where}: sample {bad} ({samples[bad][0]}) at byte {offsets[bad]}, "
-                                   f"{said} says {index[bad]}")
+            out.events.append(f"{where}: sample {bad} ({samples[bad][0]}) at byte {offsets[bad]}, "
+                              f"{said} says {index[bad]}")
         for key, offset, members in samples:
-            if key in keys:
-                result.failures.append(f"{where}: key {key} at byte {offset} is not unique in the dataset")
-            keys.add(key)
+            out.events.append((key, offset))
             try:
-                members = unpacked(members, layout, where, offset)
+                members = unpacked(members, task.layout, where, offset)
             except ShardFormatError as exc:
-                result.failures.append(f"{exc} (key {key})")
+                out.events.append(f"{exc} (key {key})")
                 continue
-            for problem in check_sample(schema, split, key, members):
-                result.failures.append(f"{where}: key {key} (byte {offset}): {problem}")
-        result.samples += len(samples)
+            for problem in check_sample(task.schema, task.split, key, members):
+                out.events.append(f"{where}: key {key} (byte {offset}): {problem}")
+        out.samples = len(samples)
     except (ShardFormatError, ValueError) as exc:  # format errors name the shard themselves
-        result.failures.append(str(exc) if str(exc).startswith(where) else f"{where}: {exc}")
-    result.shards += 1
+        out.events.append(str(exc) if str(exc).startswith(where) else f"{where}: {exc}")
+    out.read = True
+    return out
+
+
+@dataclass
+class ShardReplay:
+    """Folds the shards' checks, in shard order, into the result; the set of keys seen so far is
+    O(samples read) strings, as the serial check held."""
+
+    result: VerifyResult
+    keys: set[str] = field(default_factory=set)
+
+    def add(self, path: str, check: ShardCheck) -> None:
+        for event in check.events:
+            if isinstance(event, str):
+                self.result.failures.append(event)
+                continue
+            key, offset = event
+            if key in self.keys:
+                self.result.failures.append(f"shard {path}: key {key} at byte {offset} is not unique in the dataset")
+            self.keys.add(key)
+        self.result.samples += check.samples
+        self.result.shards += check.read
+
+
+def check_shards(tasks: list[ShardTask], result: VerifyResult, workers: int, progress: bool) -> None:
+    """Check `tasks` with `workers` processes (in-process for 1, or for less than `PARALLEL_MIN_BYTES`
+    of shards, where starting a pool costs more than it saves), results folded in task order."""
+    replay = ShardReplay(result)
+    parallel = workers > 1 and len(tasks) > 1 and sum(t.shard.bytes for t in tasks) >= PARALLEL_MIN_BYTES
+    executor = make_executor(min(workers, len(tasks)) if parallel else 1)
+    try:
+        checks = executor.map_ordered(check_shard, tasks)  # at most 2 x workers shards in memory
+        for task, check in zip(tasks, progress_bar(checks, total=len(tasks), desc="verify", unit="shard",
+                                                   disable=not progress)):
+            replay.add(task.shard.path, check)
+    finally:
+        executor.close()
 
 
 def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: VerifyResult) -> None:
@@ -227,20 +292,21 @@ def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: Ver
 
 def verify_export(out: Path | str | StoreLocation, store: Path | str | StoreLocation | None = None,
                   check_windows: int = 32, seed: int = 0, progress: bool = True,
-                  since: int | None = None) -> VerifyResult:
+                  since: int | None = None, workers: int = 1) -> VerifyResult:
     """Check every shard of the export in `out` against its manifest (with `since`, only the shards
     the appends after that generation added) and, with `store`, recompute `check_windows` random
     windows of those shards from it. Both may be folders or fsspec URLs (`StoreLocation`s with their
-    storage options); each shard read is read whole once (its sha256)."""
+    storage options); each shard read is read whole once (its sha256). `workers` processes check
+    shards at once (`check_shards`); the result is the same, message for message, for any number."""
     root = store_location(out)
     manifest = load_finished_manifest(root)
     selection = shards_to_check(manifest, since, out)
     result = VerifyResult(since=selection.since, selected=len(selection.shards), skipped=selection.skipped,
                           current=selection.current)
-    keys: set[str] = set()
     try:
-        for split, shard in progress_bar(selection.shards, desc="verify", unit="shard", disable=not progress):
-            _check_shard(root, split, shard, manifest["schema"], result, keys, split_layout(manifest, split))
+        tasks = [ShardTask(root, split, shard, manifest["schema"], split_layout(manifest, split))
+                 for split, shard in selection.shards]
+        check_shards(tasks, result, workers, progress)
         _check_side_files(root, manifest, result)
         check_derived(root, manifest, result)
         if store is not None and result.ok:

@@ -1,0 +1,58 @@
+"""`robowds verify` with a pool of 2 processes against 1 (in-process, the code before `--workers`), on
+the same synthetic export, in the same run. Checking a shard is reading it, its sha256, parsing the tar
+and decoding every member: CPU-bound, so 2 workers should approach 2x on 2 idle cores.
+
+    python scripts/bench_verify.py                  # 100 synthetic episodes (~120 MB); ~2 minutes
+    python scripts/bench_verify.py --episodes 300
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import benchlib
+
+from robowds.export.check.verify import verify_export
+from robowds.export.cli.main import main as cli
+from robowds.export.cli.synth import write_synthetic_store
+
+
+def main() -> None:
+    parser = benchlib.parser(__doc__, repeats=3, quick={"episodes": 12, "repeats": 1})
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    args = benchlib.parse(parser)
+    report = benchlib.Report("bench_verify", args)
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as tmp:
+        store = write_synthetic_store(Path(tmp) / "store", episodes=args.episodes).root
+        out = Path(tmp) / "out"
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert cli(["export", str(store), str(out), "--quiet", "--set", "shard.max_samples=200"]) == 0
+        size = sum(p.stat().st_size for p in out.rglob("*.tar"))
+        shards = len(list(out.rglob("*.tar")))
+        print(f"{args.episodes} episodes: {shards} shards, {size / 1e6:.0f} MB")
+        results = {}
+
+        def run(workers: int) -> None:
+            results[workers] = verify_export(out, progress=False, workers=workers)
+
+        # interleaved, so load changes hit both alike
+        runs: dict[int, list[float]] = {1: [], args.workers: []}
+        for _ in range(args.repeats):
+            for workers in runs:
+                runs[workers].append(benchlib.timed(lambda: run(workers), 1).best)
+        one, many = benchlib.Timing(tuple(runs[1])), benchlib.Timing(tuple(runs[args.workers]))
+        assert results[1].to_json() == results[args.workers].to_json() and results[1].ok
+        print(f"1 worker {one.best:.2f} s, {args.workers} workers {many.best:.2f} s "
+              f"(medians {one.median:.2f} / {many.median:.2f}); same result: yes")
+        report.add(f"verify {shards} shards ({size / 1e6:.0f} MB), {args.workers} workers vs 1", many.best, "s",
+                   baseline=one.best, ratio=one.best / many.best, target=">= 1.8x faster")
+    report.finish()
+
+
+if __name__ == "__main__":
+    main()
