@@ -47,6 +47,9 @@ def generations_of(manifest: Mapping[str, Any], where: str = "manifest.json") ->
     listed = manifest.get("generations")
     job = manifest.get("job_id")
     if listed is None:
+        if manifest.get("generation", 1) != 1:
+            raise ManifestError(f"{where}: 'generation' is {manifest['generation']!r} but there is no 'generations' "
+                                "list")
         export = job[:EXPORT_ID_CHARS] if isinstance(job, str) and job else None
         return (Generation(1, export, {s: len(e["shards"]) for s, e in splits.items()}),)
     if not isinstance(listed, list) or not listed:
@@ -73,6 +76,9 @@ def generations_of(manifest: Mapping[str, Any], where: str = "manifest.json") ->
             raise ManifestError(f"{where}: generations entry {len(out) - 1} (the last) counts "
                                 f"{out[-1].shards.get(split, 0)} shards of split {split!r}, the split lists "
                                 f"{len(entry['shards'])}")
+    if isinstance(job, str) and listed[-1]["job_id"] != job:  # the last generation is the manifest's own job
+        raise ManifestError(f"{where}: generations entry {len(out) - 1} (the last) has job_id "
+                            f"{listed[-1]['job_id'][:EXPORT_ID_CHARS]}..., the manifest's is {job[:EXPORT_ID_CHARS]}...")
     if manifest.get("generation", len(out)) != len(out):
         raise ManifestError(f"{where}: 'generation' is {manifest.get('generation')!r}, 'generations' lists "
                             f"{len(out)}")

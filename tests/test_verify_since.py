@@ -164,7 +164,8 @@ def test_since_still_checks_what_every_append_rewrites(appended: Path, out: Path
 
     manifest["generations"][0]["shards"]["val"] = 4
     (out / "manifest.json").write_bytes(dump_manifest(manifest))
-    problem = "manifest.json: generations[0]: split 'val' has 4 shard(s), the manifest lists 3"
+    problem = ("manifest.json: generations entry 0: split 'val' shard count 4 must be an integer from 0 (the "
+               "generation before) to 3 (the split's shards)")
     assert verify_export(out, progress=False).failures == [*expected, problem]
     rc, text, err = _verify(capsys, str(out), "--since", "1")
     assert (rc, text) == (2, "")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from robowds.export.errors import UserError
-from robowds.reader.manifest import ShardInfo, shards_of
+from robowds.reader.generations import generations_of
+from robowds.reader.manifest import ManifestError, ShardInfo, shards_of
 
 
 class GenerationsError(ValueError):
@@ -35,45 +36,13 @@ class ShardSelection:
 
 def generation_counts(manifest: dict[str, Any]) -> list[dict[str, int]]:
     """Per generation (entry g - 1 for generation g), each split's shard count once it was published,
-    checked against the manifest's splits. A manifest without `generations` (exports before it) is
-    generation 1 holding all its shards. Raises GenerationsError naming the entry and key."""
-    now = {split: len(entry["shards"]) for split, entry in manifest["splits"].items()}
-    if "generations" not in manifest:
-        if manifest.get("generation", 1) != 1:
-            raise GenerationsError(f"manifest.json: 'generation' is {manifest['generation']!r} but there is no "
-                                   "'generations' list")
-        return [now]
-    entries = manifest["generations"]
-    if not isinstance(entries, list) or not entries:
-        raise GenerationsError("manifest.json: 'generations' must be a non-empty list")
-    counts: list[dict[str, int]] = []
-    for i, entry in enumerate(entries):
-        at = f"manifest.json: generations[{i}]"
-        shards = entry.get("shards") if isinstance(entry, dict) else None
-        if not isinstance(entry, dict) or entry.get("generation") != i + 1 or isinstance(entry["generation"], bool):
-            raise GenerationsError(f"{at}: 'generation' must be {i + 1} (entries are generations 1, 2, ... in order)")
-        if not isinstance(shards, dict) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                                   for n in shards.values()):
-            raise GenerationsError(f"{at}: 'shards' must map each split to a shard count >= 0")
-        for split in sorted(set(shards) | set(counts[-1] if counts else ())):
-            n, before = shards.get(split, 0), counts[-1].get(split, 0) if counts else 0
-            if split not in now:
-                raise GenerationsError(f"{at}: split {split!r} is not one of the manifest's splits")
-            if n > now[split]:
-                raise GenerationsError(f"{at}: split {split!r} has {n} shard(s), the manifest lists {now[split]}")
-            if n < before:
-                raise GenerationsError(f"{at}: split {split!r} has {n} shard(s), fewer than generation {i}'s "
-                                       f"{before} (appends only add shards)")
-        counts.append(dict(shards))
-    if counts[-1] != now:
-        raise GenerationsError(f"manifest.json: generations[{len(counts) - 1}]: shards {counts[-1]} are not the "
-                               f"manifest's {now}")
-    if manifest.get("generation") != len(counts):
-        raise GenerationsError(f"manifest.json: 'generation' is {manifest.get('generation')!r}, 'generations' "
-                               f"has {len(counts)} entries")
-    if entries[-1].get("job_id") != manifest.get("job_id"):
-        raise GenerationsError(f"manifest.json: generations[{len(counts) - 1}]: 'job_id' is not the manifest's")
-    return counts
+    checked against the manifest's splits by the reader's own check (`reader/generations.py`, which
+    a resumed cursor relies on). A manifest without `generations` (exports before it) is generation 1
+    holding all its shards. Raises GenerationsError naming the entry."""
+    try:
+        return [dict(g.shards) for g in generations_of(manifest)]
+    except ManifestError as exc:
+        raise GenerationsError(str(exc)) from exc
 
 
 def check_since(since: Any) -> int:
