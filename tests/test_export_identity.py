@@ -5,7 +5,7 @@ What a later `export --append` builds on: an old episode whose rows or media cha
 removed, is found by comparing the old export's table with fingerprints of the current store taken by
 the same loader; and the saved state of an export of E1 merged with the states of new episodes E2
 (made by the export's own map task) is byte-identical to the state and statistics of an export of
-E1 + E2.
+E1 + E2 (the report's parts saved beside the state too).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.job.config import load_config
 from robowds.export.job.report import SplitStats
 from robowds.export.job.run import run_export
+from robowds.export.job.report_state import merge_parts, report_parts
 from robowds.export.job.side_files import (EpisodeChanges, compare_episodes, decode_episodes, encode_stats_state,
-                                           load_stats_state, read_declarations, read_stats_state)
+                                           load_report_parts, load_stats_state, read_declarations, read_stats_state)
 from robowds.export.job.spec import resolve
-from robowds.export.job.stage import stage_episodes
+from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.store.episode_identity import row_digest
 from robowds.export.store.episodes import EpisodeLoader
 from robowds.reader.manifest import ManifestError, dump_manifest, parse_manifest
@@ -134,7 +135,10 @@ def test_saved_state_merged_with_new_episodes_equals_the_full_export(stores: dic
     merged.fold_states(load_stats_state(saved))
     merged.fold_states(batch.stats)
     folded = merged.result()
-    assert encode_stats_state(folded) == full
+    # the report's parts (report_state.py): saved ones merged with the new episodes' records'
+    parts = merge_parts(load_report_parts(saved), report_parts(load_record(tmp_path, job.index[ep]) for ep in new))
+    assert parts == load_report_parts(full)
+    assert encode_stats_state(folded, parts) == full
     manifest = json.loads((stores["o7"] / "manifest.json").read_bytes())
     assert {split: {k: s.summary() for k, s in keys.items()} for split, keys in folded.items()} == manifest["stats"]
     assert {split: {k: s.summary() for k, s in keys.items()} for split, keys in read_stats_state(full).items()} \

@@ -45,7 +45,9 @@ from robowds.export.job.remote_job import reduce_shards
 from robowds.export.job.run import EPISODES_PER_TASK, Summary, _batches, check_store_unchanged
 from robowds.export.job.shards import plan_shards
 from robowds.export.job.side_files import (EPISODES, STATS_STATE, compare_episodes, decode_episodes,
-                                           episode_entries, load_stats_state, read_declarations, side_files_of)
+                                           episode_entries, load_report_parts, load_stats_state, read_declarations,
+                                           side_files_of)
+from robowds.export.job.report_state import merge_parts, report_parts
 from robowds.export.job.spec import resolve
 from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.job.staging_release import StagingRelease, released_windows
@@ -194,10 +196,12 @@ def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any
     declarations = declarations_digest(store)
     check_store_unchanged(store, source, work, target.state)
     new_shards = [shard_records[t.path] for t in shard_tasks]
+    saved = load_report_parts(side[doc["files"][STATS_STATE]["path"]])  # None: an export before them
+    parts = None if saved is None else merge_parts(saved, report_parts(records))
     manifest = merged_manifest(doc, job=job, resolved=resolved, records=records, shards=new_shards,
-                               source=source, job_id=job_id, split_stats=split_stats)
+                               source=source, job_id=job_id, split_stats=split_stats, parts=parts)
     entries = [e for e in old.values() if e.exported or e.episode_id not in added] + episode_entries(records)
-    side_data, manifest["files"] = side_files_of(entries, split_stats.result(), declarations)
+    side_data, manifest["files"] = side_files_of(entries, split_stats.result(), declarations, parts)
     kept = target.publish(work, manifest, side_data)
     report = manifest["report"]
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in new_shards), len(new_shards),

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from robowds.export import __version__
 from robowds.export.core.precision import PrecisionLoss, loss_fix, loss_text, worst
 from robowds.export.core.shard_plan import PLAN_VERSION
 from robowds.export.core.stats import FieldStats, StatsAccumulator
 from robowds.export.errors import UserError
 from robowds.export.job.build import output_dtype
+from robowds.export.job.report_state import (MISSING_LISTED, duration_s, masked_fraction, report_parts,
+                                             video_ratios)
 from robowds.export.media.clips import MP4_CODEC
 from robowds.export.media.geometry import configured_size
 from robowds.export.media.video_windows import MEMBER_EXT
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 VIDEO_CODECS = {"mp4": MP4_CODEC, "mp4-intra": MP4_CODEC, "av1": "av1", "jpg": "jpeg"}  # raw has none
 IMAGE_CODECS = {"png": "png", "jpg": "jpeg"}
-MISSING_LISTED = 20  # episodes named per camera in the report's missing-frame list (bounded report)
 
 
 def _crop_json(crop: Any) -> Any:
@@ -196,18 +195,18 @@ def other_export(where: str, doc: dict[str, Any], hint: str) -> UserError:
     return UserError(f"{where} holds a finished export of a different store or config", hint=hint)
 
 
-def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _video_report(records: list[dict[str, Any]], parts: dict[str, Any]) -> dict[str, Any]:
     """Per camera: stored bytes per frame; steps masked because frames are missing inside the video's
     own span (total, fraction, and the first `MISSING_LISTED` episodes with any); the PSNR (dB) of
     stored vs source frames (per episode over the real frames of one window in every chunk of
     `VIDEO_CHUNK_ANCHORS`; min and mean over episodes, and how many frames were measured); and the most
-    decoded frames held in memory at once by one episode's decode (the export's memory bound)."""
+    decoded frames held in memory at once by one episode's decode (the export's memory bound). The
+    ratios come from `parts` (`report_state.report_parts`), as an append's do."""
     out: dict[str, Any] = {}
     for r in records:
         for name, v in r["report"].get("video", {}).items():
-            acc = out.setdefault(name, {"bytes": 0, "frames": 0, "psnr": [], "fps_mismatch": [], "held": 0,
-                                        "measured": 0, "span_steps": 0, "missing_steps": 0, "missing_in": []})
-            acc["span_steps"] += v.get("span_steps", 0)
+            acc = out.setdefault(name, {"psnr": [], "fps_mismatch": [], "held": 0, "measured": 0,
+                                        "missing_steps": 0, "missing_in": []})
             acc["missing_steps"] += v.get("missing_steps", 0)
             if v.get("missing_steps") and len(acc["missing_in"]) < MISSING_LISTED:
                 acc["missing_in"].append({"episode_id": r["episode_id"], "missing_steps": v["missing_steps"],
@@ -217,19 +216,13 @@ def _video_report(records: list[dict[str, Any]]) -> dict[str, Any]:
             if declared and measured and abs(measured - declared) > FPS_TOLERANCE * declared:
                 acc["fps_mismatch"].append({"episode_id": r["episode_id"], "declared": declared,
                                             "measured": round(measured, 4)})
-            acc["bytes"] += v["bytes"]
-            acc["frames"] += v["frames"]
             if v["psnr_db"] is not None:
                 acc["psnr"].append(v["psnr_db"])
             acc["measured"] += v.get("psnr_frames", 0)
-    return {name: {"bytes_per_frame": round(acc["bytes"] / max(1, acc["frames"]), 1),
-                   "psnr_db_min": min(acc["psnr"], default=None),
-                   "psnr_db_mean": round(float(np.mean(acc["psnr"])), 3) if acc["psnr"] else None,
-                   "psnr_frames": acc["measured"],
+    return {name: {"psnr_db_min": min(acc["psnr"], default=None), "psnr_frames": acc["measured"],
                    "fps_mismatch": acc["fps_mismatch"], "frames_held_max": acc["held"],
-                   "missing_frame_steps": acc["missing_steps"],
-                   "missing_frame_fraction": round(acc["missing_steps"] / acc["span_steps"], 6) if acc["span_steps"] else 0.0,
-                   "missing_frame_episodes": acc["missing_in"]}
+                   "missing_frame_steps": acc["missing_steps"], "missing_frame_episodes": acc["missing_in"],
+                   **video_ratios(parts["video"][name], acc["missing_steps"])}
             for name, acc in sorted(out.items())}
 
 
@@ -263,7 +256,7 @@ def export_report(store: "StoreLocation", records: list[dict[str, Any]], shards:
     `float32_loss` is there only when some field loses precision (exports without keep their bytes)."""
     good = [r for r in records if not r["error"]]
     repairs: dict[str, dict[str, int]] = {}
-    masked: dict[str, list[int]] = {}
+    parts = report_parts(good)  # the ratios' and sums' parts, saved for an append (report_state.py)
     for r in good:
         rep = r["report"]
         for name, counts in rep["repairs"].items():
@@ -271,10 +264,6 @@ def export_report(store: "StoreLocation", records: list[dict[str, Any]], shards:
             for k, v in counts.items():
                 if v:
                     acc[k] = acc.get(k, 0) + v
-        for name, steps in rep["steps"].items():
-            m = masked.setdefault(name, [0, 0])
-            m[0] += rep["masked_steps"][name]
-            m[1] += steps
     source_bytes = store.total_bytes()
     output_bytes = sum(s["bytes"] for s in shards)
     lossy = _float32_report(good)
@@ -291,11 +280,11 @@ def export_report(store: "StoreLocation", records: list[dict[str, Any]], shards:
         "windows": {"candidates": sum(r["report"]["candidates"] for r in good),
                     "emitted": sum(r["report"]["emitted"] for r in good),
                     "dropped_min_valid": sum(r["report"]["dropped_min_valid"] for r in good)},
-        "duration_s": round(float(np.sum([r["report"]["duration_s"] for r in good])), 6),
+        "duration_s": duration_s(parts),
         "splits": split_counts(good, split_names),
         "repairs": repairs,
-        "masked_fraction": {n: (round(m[0] / m[1], 6) if m[1] else 0.0) for n, m in sorted(masked.items())},
-        "video": _video_report(good),
+        "masked_fraction": masked_fraction(parts),
+        "video": _video_report(good, parts),
         "storage": {"source_bytes": source_bytes, "output_bytes": output_bytes,
                     "amplification": round(output_bytes / source_bytes, 4) if source_bytes else None},
     }

@@ -16,7 +16,11 @@ lists each under `files.<name>` with its `path`, `bytes` and `sha256`.
   key such as `<field>.relative`) the merged `FieldStats.to_state()` the manifest's `stats` were
   computed from. Its size is bounded by the state's buckets (at most 256 per occupied power-of-two
   range of each dimension), not by the number of episodes: merging it with new episodes' states gives
-  the statistics, to the byte, of an export of all of them (`export/core/stats.py`).
+  the statistics, to the byte, of an export of all of them (`export/core/stats.py`). Under `report`:
+  the parts of the report's ratios and sums (`report_state.report_parts`: masked and total steps per
+  field, per camera bytes, frames, span steps and the exact PSNR sum, the exact summed duration),
+  bounded by the fields and cameras; an export made before them has no `report` key, and an append
+  to it keeps that export's `masked_fraction`, `video` and `float32_loss` (`append_manifest.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import msgpack
 import numpy as np
 
 from robowds.export.core.stats import FieldStats
+from robowds.export.job.report_state import report_parts
 
 EPISODES = "episodes"  # manifest `files` keys
 STATS_STATE = "stats_state"
@@ -129,16 +134,23 @@ def compare_episodes(old: Mapping[str, tuple[str | None, str]],
     return EpisodeChanges(changed, removed, added)
 
 
-def encode_stats_state(folded: Mapping[str, Mapping[str, FieldStats]]) -> bytes:
+def encode_stats_state(folded: Mapping[str, Mapping[str, FieldStats]], report: dict[str, Any] | None = None) -> bytes:
     """`stats-state.msgpack`: split -> key -> `FieldStats.to_state()`, splits and keys sorted (the
-    state is already a function of the multiset of values, so the bytes are too)."""
+    state is already a function of the multiset of values, so the bytes are too), and the report's
+    parts (`report_state.report_parts`, also a function of the multiset of episodes) when given."""
     splits = {split: {key: folded[split][key].to_state() for key in sorted(folded[split])} for split in sorted(folded)}
-    return msgpack.packb({"format": STATS_FORMAT, "version": VERSION, "splits": splits}, use_bin_type=True)
+    doc = {"format": STATS_FORMAT, "version": VERSION, "splits": splits, **({"report": report} if report else {})}
+    return msgpack.packb(doc, use_bin_type=True)
 
 
 def load_stats_state(data: bytes, where: str = PATHS[STATS_STATE]) -> dict[str, dict[str, dict]]:
     """split -> key -> staged state, as `SplitStats.fold_states` takes it (to merge new episodes in)."""
     return _checked(data, STATS_FORMAT, where)["splits"]
+
+
+def load_report_parts(data: bytes, where: str = PATHS[STATS_STATE]) -> dict[str, Any] | None:
+    """The report's parts an export saved (`report_state.report_parts`); None for an export before them."""
+    return _checked(data, STATS_FORMAT, where).get("report")
 
 
 def read_stats_state(data: bytes, where: str = PATHS[STATS_STATE]) -> dict[str, dict[str, FieldStats]]:
@@ -150,14 +162,17 @@ def read_stats_state(data: bytes, where: str = PATHS[STATS_STATE]) -> dict[str, 
 def side_files(records: Iterable[dict[str, Any]], folded: Mapping[str, Mapping[str, FieldStats]],
                declarations: str | None) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
     """(path -> bytes, the manifest's `files` entry) of an export's side files."""
-    return side_files_of(episode_entries(records), folded, declarations)
+    records = list(records)
+    return side_files_of(episode_entries(records), folded, declarations, report_parts(records))
 
 
 def side_files_of(entries: list[EpisodeEntry], folded: Mapping[str, Mapping[str, FieldStats]],
-                  declarations: str | None) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
-    """`side_files` from the table's rows (an append: the old export's rows and the new episodes')."""
+                  declarations: str | None, report: dict[str, Any] | None = None
+                  ) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+    """`side_files` from the table's rows (an append: the old export's rows and the new episodes', and
+    the merged report parts, None when the old export saved none)."""
     data = {PATHS[EPISODES]: encode_episodes(sorted(entries, key=lambda e: e.episode_id), declarations),
-            PATHS[STATS_STATE]: encode_stats_state(folded)}
+            PATHS[STATS_STATE]: encode_stats_state(folded, report)}
     listed = {name: {"path": path, "bytes": len(data[path]), "sha256": hashlib.sha256(data[path]).hexdigest()}
               for name, path in PATHS.items()}
     return data, listed
