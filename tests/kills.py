@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 
 WORK = ".robowds-work"
@@ -56,12 +57,10 @@ def work_files(out: Path) -> set[str]:
             for name in names if not name.startswith("job.json")}
 
 
-def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
-                    delay_s: float, old_manifest: bytes | None = None) -> str:
-    """Start the export, SIGKILL its process group `delay_s` after its work folder shows it entered
-    `target`, and return the phase the kill landed in: the folder's phase once the group is dead, if
-    this run added a file (a run resumed from a phase starts there: without new files it did nothing),
-    else "none". Deterministic: the folder is read after the kill, when nothing changes it any more."""
+def _start_until(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
+                 delay_s: float, old_manifest: bytes | None) -> tuple[subprocess.Popen[bytes], set[str]]:
+    """Start the export (its own process group) and return once its work folder shows it entered
+    `target` (plus `delay_s`), or once it ended; with the files OUT held before it started."""
     before = work_files(out)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     while proc.poll() is None:
@@ -69,12 +68,57 @@ def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: in
             time.sleep(delay_s)
             break
         time.sleep(0.0005)
+    return proc, before
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> bool:
+    """SIGSTOP the export's process group and wait until its main process is stopped; False if it had
+    ended first (then reaped here, its exit status kept on `proc`)."""
+    try:
+        os.killpg(proc.pid, signal.SIGSTOP)
+    except ProcessLookupError:  # ended and reaped already
+        return False
+    pid, status = os.waitpid(proc.pid, os.WUNTRACED)
+    if os.WIFSTOPPED(status):
+        return True
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return False
+
+
+def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
+                    delay_s: float, old_manifest: bytes | None = None,
+                    while_stopped: Callable[[int], None] | None = None) -> str:
+    """Start the export, SIGKILL its process group `delay_s` after its work folder shows it entered
+    `target`, and return the phase the kill landed in: the folder's phase once the group is dead, if
+    this run added a file (a run resumed from a phase starts there: without new files it did nothing),
+    else "none". Deterministic: the folder is read after the kill, when nothing changes it any more.
+    `while_stopped`: called with the export's pid before the kill, the export stopped (SIGSTOP) where
+    it was, still holding OUT's lock (e.g. to try a second export into OUT); not called if it ended first."""
+    proc, before = _start_until(cmd, env, out, episodes, target, delay_s, old_manifest)
+    if while_stopped is not None and proc.poll() is None and _stop(proc):
+        while_stopped(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # the run finished before the kill: its folder says "done"
         pass
     proc.wait()
     return work_phase(out, episodes, old_manifest) if work_files(out) - before else "none"
+
+
+def run_paused_in(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
+                  while_stopped: Callable[[int], None], old_manifest: bytes | None = None) -> tuple[str, int]:
+    """Start the export, stop it (SIGSTOP) once its work folder shows `target`, call `while_stopped`
+    with its pid, let it go on (SIGCONT) and wait for it: (the phase it was stopped in, or "none" if it
+    ended first; its exit status)."""
+    proc, _ = _start_until(cmd, env, out, episodes, target, 0.0, old_manifest)
+    phase = "none"
+    if proc.poll() is None and _stop(proc):
+        phase = work_phase(out, episodes, old_manifest)
+        try:
+            while_stopped(proc.pid)
+        finally:
+            os.killpg(proc.pid, signal.SIGCONT)
+    return phase, proc.wait()
 
 
 def phase_durations(cmd: list[str], env: dict[str, str], out: Path, episodes: int) -> dict[str, float]:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -32,7 +33,7 @@ from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.job.config import load_config
 from robowds.export.output.energon import energon_files
 
-from kills import WORK, run_and_kill_in
+from kills import WORK, run_and_kill_in, run_paused_in
 
 SETTINGS = ["splits={train: rest, val: 0.3}", "window.duration_s=0.4", "stride=8", "shard.min_shards=2"]
 
@@ -227,12 +228,30 @@ def test_append_retries_an_episode_the_export_rejected(grown: dict[str, Path], t
     assert verify_export(out, progress=False).ok
 
 
+def _refused_while_held(store: Path, out: Path, holder: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """An `--append` into `out` while the export process `holder` (stopped) holds its lock: one error
+    naming OUT, the holder and the fix; nothing written (bytes and mtimes, the work folder included)."""
+    inside = _files(out)
+    capsys.readouterr()
+    assert _cli(store, out, "--append") == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert (f"robowds export: error: another robowds export is writing {out.resolve()} (pid {holder} on host "
+            f"{socket.gethostname()}, since ") in err
+    assert ("fix: wait for that export or append to finish, then run the append again (it adds what OUT lacks "
+            "then; a crashed export frees its lock by itself)") in err
+    assert _files(out) == inside
+
+
 @pytest.mark.slow
-def test_sigkill_during_an_append_leaves_the_old_or_the_new_export(grown: dict[str, Path], tmp_path: Path) -> None:
-    """Kill an append (a real process, SIGKILL of its group) once its work folder shows the reduce,
-    then once it shows the publish; whatever OUT shows outside the work folder is a file of the old
-    export or of the finished append, byte for byte; a re-run ends byte-identical to an uninterrupted
-    append, the old shards never rewritten (same mtimes)."""
+def test_sigkill_during_an_append_leaves_the_old_or_the_new_export(grown: dict[str, Path], tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Kill an append (a real process, SIGKILL of its group) once its work folder shows staging (the
+    map), then the reduce, then the publish; whatever OUT shows outside the work folder is a file of the
+    old export or of the finished append, byte for byte, and before the publish the old export is all
+    there (bytes and mtimes) and verifies; a re-run ends byte-identical to an uninterrupted append, the
+    old shards never rewritten (same mtimes). While the first run is stopped in staging (holding OUT's
+    lock), a second append into OUT is refused with one error and writes nothing."""
     reference, out = tmp_path / "ref", tmp_path / "o"
     shutil.copytree(grown["o4"], reference)
     shutil.copytree(grown["o4"], out)
@@ -242,17 +261,46 @@ def test_sigkill_during_an_append_leaves_the_old_or_the_new_export(grown: dict[s
     done = {rel: data for rel, (_, data) in _files(reference).items()}
     cmd = [sys.executable, "-m", "robowds.export", str(grown["s7"]), str(out), "--append", "--quiet", "--workers", "1"]
     landed: list[str] = []
-    for target in ("reduce", "publish"):
-        landed.append(run_and_kill_in(cmd, dict(os.environ), out, 3, target, 0.0, old_manifest))
-        for rel, (_, data) in _files(out).items():
+    refused: list[int] = []
+
+    def second_append(holder: int) -> None:
+        _refused_while_held(grown["s7"], out, holder, capsys)
+        refused.append(holder)
+
+    for target in ("map", "reduce", "publish"):
+        landed.append(run_and_kill_in(cmd, dict(os.environ), out, 3, target, 0.0, old_manifest,
+                                      second_append if target == "map" else None))
+        files = _files(out)
+        for rel, (_, data) in files.items():
             if WORK not in rel and rel != ".robowds-lock":
                 assert data in (done.get(rel), old.get(rel, (0, None))[1]), f"{rel} is neither old nor new"
+        if landed[-1] in ("map", "staged", "reduce"):  # before the journal: the old export, untouched
+            assert all(files[rel] == old[rel] for rel in old), landed
+            assert verify_export(out, progress=False).ok
     print(f"kills landed in {landed}")
+    assert landed[0] == "map" and len(refused) == 1, landed  # stopped the moment the first episode was staged
     subprocess.run(cmd, check=True)
     final = _files(out)
     assert {rel: data for rel, (_, data) in final.items()} == done
     assert all(final[rel] == old[rel] for rel in old if rel.endswith((".tar", ".tar.idx")))
 
+
+@pytest.mark.slow
+def test_an_append_while_a_full_export_holds_out_is_refused(grown: dict[str, Path], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A full export (`--overwrite`, a real process) stopped in its staging holds OUT: an `--append`
+    then is refused with the same one error and writes nothing; the export, let go on, finishes as an
+    uninterrupted one (byte-identical to a full export of the grown store)."""
+    out = tmp_path / "o"
+    shutil.copytree(grown["o4"], out)
+    old_manifest = (out / "manifest.json").read_bytes()
+    cmd = [sys.executable, "-m", "robowds.export", str(grown["s7"]), str(out), "--overwrite", "--quiet",
+           "--workers", "1", *[a for s in SETTINGS for a in ("--set", s)]]
+    phase, code = run_paused_in(cmd, dict(os.environ), out, 7, "map",
+                                lambda holder: _refused_while_held(grown["s7"], out, holder, capsys), old_manifest)
+    assert (phase, code) == ("map", 0)
+    assert {rel: data for rel, (_, data) in _files(out).items()} == \
+        {rel: data for rel, (_, data) in _files(grown["full7"]).items()}
 
 def _camera_store(root: Path, episodes: int) -> Path:
     """`episodes` episodes of 2 s: `utm` [time, northing at 5e6 m x 2^e, time] (float32 loses precision:

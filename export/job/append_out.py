@@ -41,6 +41,10 @@ from robowds.export.output.remote_lock import RemoteLock
 from robowds.export.output.remote_out import RemoteOut, is_url
 
 
+# the fix a refused append names when another export or append holds OUT (a folder's lock)
+APPEND_HELD = ("wait for that export or append to finish, then run the append again (it adds what OUT lacks "
+               "then; a crashed export frees its lock by itself)")
+
 class AppendOut(Protocol):
     """OUT as an append sees it: read the old export, prepare a work folder, publish."""
 
@@ -88,7 +92,7 @@ class FolderOut:
     state: RemoteState | None = None
 
     def lock(self) -> OutLock:
-        return OutLock(self.out)
+        return OutLock(self.out, hint=APPEND_HELD)
 
     def finish_publish(self) -> None:
         finish_publish(self.out, self.out / WORK_DIR)

@@ -36,6 +36,8 @@ from typing import Any
 from robowds.export.errors import UserError
 
 LOCK_NAME = ".robowds-lock"  # in OUT (a folder), or under an output URL (remote_lock.py)
+HELD_HINT = ("wait for that export to finish, or export into another output folder (a crashed export frees its "
+             "lock by itself)")
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,9 @@ class OutLock:
     Creates OUT if it does not exist (the lock file lives in it) and removes it again at release if
     the export left it empty (a refused export leaves no trace)."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, hint: str = HELD_HINT) -> None:
         self.out = out
+        self.hint = hint  # the fix a refused export is given (an append's differs: append.py)
         self.path = out / LOCK_NAME
         self._fd: int | None = None
         self._made_out = False
@@ -136,9 +139,7 @@ class OutLock:
             except BlockingIOError:
                 owner = LockOwner.parse(os.pread(fd, 4096, 0))
                 os.close(fd)
-                raise held_error(str(self.out), owner,
-                                 "wait for that export to finish, or export into another output folder (a "
-                                 "crashed export frees its lock by itself)") from None
+                raise held_error(str(self.out), owner, self.hint) from None
             except OSError as exc:
                 os.close(fd)
                 if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
