@@ -176,7 +176,8 @@ def main() -> None:
     if unexpected:
         print(f"  written besides those: {', '.join(unexpected[:10])}")
     camera = ", camera" if args.camera else ""
-    report.add(f"append {args.added} to {args.episodes} episodes{camera} (vs full export of {args.episodes + args.added})",
+    grown = args.episodes + args.added
+    report.add(f"append {args.added} to {args.episodes} episodes{camera} (vs full export of {grown})",
                append_s, "s", baseline=full_s, target=f"<= {TARGET:.2f}x")
     report.add("  job time alone (no interpreter start-up)", append_job, "s", baseline=full_job,
                target=f"<= {TARGET:.2f}x")

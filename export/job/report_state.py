@@ -113,8 +113,9 @@ def merge_report_parts(a: dict[str, Any], b: dict[str, Any], parts: dict[str, An
         by_store = sorted([*x["fps_mismatch"], *y["fps_mismatch"]], key=lambda e: order[e["episode_id"]])
         listed = sorted([*x["missing_frame_episodes"], *y["missing_frame_episodes"]],
                         key=lambda e: order[e["episode_id"]])  # each side's first 20 hold the union's first 20
-        out["video"][name] = {"psnr_db_min": min(lows, default=None), "psnr_frames": x["psnr_frames"] + y["psnr_frames"],
-                              "fps_mismatch": by_store, "frames_held_max": max(x["frames_held_max"], y["frames_held_max"]),
+        out["video"][name] = {"psnr_db_min": min(lows, default=None),
+                              "psnr_frames": x["psnr_frames"] + y["psnr_frames"], "fps_mismatch": by_store,
+                              "frames_held_max": max(x["frames_held_max"], y["frames_held_max"]),
                               "missing_frame_steps": missing, "missing_frame_episodes": listed[:MISSING_LISTED],
                               **video_ratios(parts["video"].get(name, _NO_VIDEO), missing)}
     lossy = copy.deepcopy(a.get("float32_loss", {}))
