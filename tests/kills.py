@@ -78,7 +78,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> bool:
         os.killpg(proc.pid, signal.SIGSTOP)
     except ProcessLookupError:  # ended and reaped already
         return False
-    pid, status = os.waitpid(proc.pid, os.WUNTRACED)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
     if os.WIFSTOPPED(status):
         return True
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -86,17 +86,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> bool:
 
 
 def run_and_kill_in(cmd: list[str], env: dict[str, str], out: Path, episodes: int, target: str,
-                    delay_s: float, old_manifest: bytes | None = None,
-                    while_stopped: Callable[[int], None] | None = None) -> str:
+                    delay_s: float, old_manifest: bytes | None = None) -> str:
     """Start the export, SIGKILL its process group `delay_s` after its work folder shows it entered
     `target`, and return the phase the kill landed in: the folder's phase once the group is dead, if
     this run added a file (a run resumed from a phase starts there: without new files it did nothing),
-    else "none". Deterministic: the folder is read after the kill, when nothing changes it any more.
-    `while_stopped`: called with the export's pid before the kill, the export stopped (SIGSTOP) where
-    it was, still holding OUT's lock (e.g. to try a second export into OUT); not called if it ended first."""
+    else "none". Deterministic: the folder is read after the kill, when nothing changes it any more."""
     proc, before = _start_until(cmd, env, out, episodes, target, delay_s, old_manifest)
-    if while_stopped is not None and proc.poll() is None and _stop(proc):
-        while_stopped(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # the run finished before the kill: its folder says "done"
