@@ -39,15 +39,15 @@ from robowds.export.errors import UserError
 from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.job.append_config import FULL_EXPORT, check_given, out_config
 from robowds.export.job.append_manifest import merged_manifest
-from robowds.export.job.report import SplitStats, report_warnings
 from robowds.export.job.append_out import AppendOut, append_out
 from robowds.export.job.remote_job import reduce_shards
+from robowds.export.job.report import SplitStats, report_warnings
+from robowds.export.job.report_state import merge_parts, report_parts
 from robowds.export.job.run import EPISODES_PER_TASK, Summary, _batches, check_store_unchanged
 from robowds.export.job.shards import plan_shards
 from robowds.export.job.side_files import (EPISODES, STATS_STATE, compare_episodes, decode_episodes,
                                            episode_entries, load_report_parts, load_stats_state, read_declarations,
                                            side_files_of)
-from robowds.export.job.report_state import merge_parts, report_parts
 from robowds.export.job.spec import resolve
 from robowds.export.job.stage import load_record, stage_episodes
 from robowds.export.job.staging_release import StagingRelease, released_windows
