@@ -31,6 +31,7 @@ from robowds.reader.manifest import shards_of, split_layout, split_stats
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
 from robowds.reader.old_keywords import BATCHING, REMOTE, refuse_old_keywords
+from robowds.reader.release import ReleaseBehind
 from robowds.reader.remote_options import Remote
 from robowds.reader.select import make_decoder, select_fields
 from robowds.reader.shard_cache import ShardCache
@@ -336,6 +337,7 @@ class ShardDataset(IterableDataset):
                 yield self._decode(source, decoder, shard, start, size, pending, raw)
             return
         window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, (path, stop) | error)
+        behind = ReleaseBehind(source.release, keep=self.batch_size)
         ahead = 0  # bytes in `window`
         upcoming = iter(ids)
         waiting = next(upcoming, None)  # the next sample id not yet in `window`
@@ -359,6 +361,8 @@ class ShardDataset(IterableDataset):
             shard, start, size, pending = window.popleft()
             ahead -= size
             yield self._decode(source, decoder, shard, start, size, pending, raw)
+            if shard is not None:  # its pages leave RSS once it is far enough behind (reader/release.py)
+                behind.consumed(shard.path, start, start + size)
 
     def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,
                 pending: Any, raw: bool = False) -> dict[str, Any] | None:

@@ -225,6 +225,15 @@ class ShardSource:
         if low < len(mm):  # past the end: the read itself reports the truncated shard
             mm.madvise(mmap.MADV_WILLNEED, low, min(stop, len(mm)) - low)
 
+    def release(self, path: str, start: int, stop: int) -> None:
+        """Drop the pages of bytes [start, stop) (start page-aligned) of the mapped shard `path` from this
+        process (`madvise(MADV_DONTNEED)`; `reader/release.py` says why views of them stay correct). A
+        shard no longer mapped here, or a remote one, has nothing to drop."""
+        with self._lock:
+            mm = self._maps.get(path) if self.mapped else None
+        if mm is not None and start < len(mm) and hasattr(mmap, "MADV_DONTNEED"):
+            mm.madvise(mmap.MADV_DONTNEED, start, min(stop, len(mm)) - start)
+
     def _map(self, path: str) -> mmap.mmap:
         with self._lock:
             mm = self._maps.get(path)

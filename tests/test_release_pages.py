@@ -1,0 +1,118 @@
+"""Mapped shard pages are let go of once read (reader/release.py): RSS stays flat over an epoch of
+large zero-copy samples, and arrays still viewing dropped pages keep their values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robowds.export.cli.main import main
+from robowds.export.cli.synth import write_synthetic_store
+from robowds.reader import ShardDataset, ShardLoader
+from robowds.reader.dataset import READ_AHEAD_BYTES
+from robowds.reader.release import FAULT_AROUND, RELEASE_LAG_BYTES, ReleaseBehind
+from robowds.reader.source import ShardSource
+
+MB = 1 << 20
+
+
+def rss_file() -> int:
+    """This process's file-backed resident pages in bytes (/proc/self/status RssFile)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+def touch_pages(sample: dict) -> int:
+    """One byte per 4 KiB page of every array: what a consumer of zero-copy views reads."""
+    total = 0
+    for value in sample.values():
+        if isinstance(value, np.ndarray) and value.nbytes >= 4096:
+            flat = value.reshape(-1).view(np.uint8)
+            total += int(flat[::4096].sum())
+    return total
+
+
+@pytest.fixture(scope="module")
+def large_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """~90 MB of ~500 KB samples (a 100 s IMU window at 200 Hz: stored as is, read as views, like raw
+    camera frames), several shards, one split."""
+    root = tmp_path_factory.mktemp("release")
+    write_synthetic_store(root / "store", episodes=4, seed=0)
+    assert main(["export", str(root / "store"), str(root / "out"), "--quiet", "--workers", "1",
+                 "--set", "exclude=[overview]", "--set", "streams.imu.rate_hz=200",
+                 "--set", "streams.imu.duration_s=100", "--set", "stride=2", "--set", "shard.max_samples=64"]) == 0
+    return root / "out"
+
+
+def test_dropped_pages_still_read_as_the_file(tmp_path: Path) -> None:
+    """MADV_DONTNEED on the read-only shared mapping removes the pages from RSS, and an array that
+    still views them reads exactly the file's bytes again (they fault back in from the page cache)."""
+    data = np.random.default_rng(0).integers(0, 256, size=8 * MB, dtype=np.uint8)  # [8 MiB]
+    (tmp_path / "s.tar").write_bytes(data.tobytes())
+    source = ShardSource(str(tmp_path))
+    buf, offset = source.span("s.tar", 0, len(data))
+    view = np.frombuffer(buf, dtype=np.uint8, count=len(data), offset=offset)  # kept, like a sample's array
+    before = rss_file()
+    assert int(view[::4096].astype(np.int64).sum()) == int(data[::4096].astype(np.int64).sum())  # every page
+    mapped = rss_file()
+    assert mapped - before >= 7 * MB
+    source.release("s.tar", 0, len(data))
+    assert rss_file() <= mapped - 7 * MB
+    assert np.array_equal(view, data)  # every byte, after the drop
+
+
+def test_release_behind_keeps_the_lag_and_the_last_samples() -> None:
+    """The oldest ranges go once more than lag_bytes and `keep` samples are behind; neighbours merge
+    into FAULT_AROUND-aligned ranges."""
+    released: list[tuple[str, int, int]] = []
+    behind = ReleaseBehind(lambda path, start, stop: released.append((path, start, stop)), lag_bytes=3 * MB, keep=2)
+    kb256 = 256 * 1024
+    for i in range(12):  # 256 KiB samples of shard a, one after the other: merged up to lag / 4 (3 samples)
+        behind.consumed("a", i * kb256, (i + 1) * kb256)
+    assert released == []  # 3 MiB behind: not more than the lag
+    behind.consumed("a", 12 * kb256, 13 * kb256)
+    assert released == [("a", 0, 3 * kb256)]
+    released.clear()
+    behind = ReleaseBehind(lambda path, start, stop: released.append((path, start, stop)), lag_bytes=3 * MB, keep=2)
+    behind.consumed("a", 100, MB + 100)
+    behind.consumed("b", 0, MB)
+    behind.consumed("a", 5 * MB, 6 * MB)
+    assert released == []  # 3 MiB behind: not more than the lag
+    behind.consumed("b", 2 * MB, 3 * MB)
+    assert released == [("a", 0, MB + FAULT_AROUND)]  # widened to whole fault-around blocks
+    behind.flush()
+    assert released[1:] == [("b", 0, MB), ("a", 5 * MB, 6 * MB), ("b", 2 * MB, 3 * MB)]
+
+
+def test_rss_stays_flat_over_an_epoch_of_large_samples(large_export: Path) -> None:
+    """Reading the whole export (workers 0, batches of raw zero-copy collation, then samples touched
+    page by page) never holds more than the read-ahead and release lag of mapped pages, whatever the
+    export's size; before, every page read stayed resident until the epoch ended."""
+    export_bytes = sum(s["bytes"] for s in json.loads((large_export / "manifest.json").read_text())
+                       ["splits"]["train"]["shards"])
+    assert export_bytes > 80 * MB
+    bound = RELEASE_LAG_BYTES + READ_AHEAD_BYTES + 8 * MB  # 56 MiB
+    ds = ShardDataset(large_export, "train", seed=0)
+    samples = iter(ds)
+    touch_pages(next(samples))  # imports and first mappings done
+    base, peak, count = rss_file(), 0, 1
+    for sample in samples:
+        touch_pages(sample)
+        peak = max(peak, rss_file() - base)
+        count += 1
+    assert count == ds.epoch_length()
+    assert peak < bound, f"mapped pages grew by {peak / MB:.0f} MiB reading {export_bytes / MB:.0f} MB"
+
+    loader = ShardLoader(ShardDataset(large_export, "train", seed=0), batch_size=8, num_workers=0)
+    batches = iter(loader)
+    next(batches)
+    base, peak = rss_file(), 0
+    for batch in batches:
+        peak = max(peak, rss_file() - base)
+    assert peak < bound, f"mapped pages grew by {peak / MB:.0f} MiB reading batches of {export_bytes / MB:.0f} MB"
