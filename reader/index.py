@@ -14,14 +14,22 @@ bytes: a view of the mapped shard when local, one ranged request when remote (ra
 neighbours to coalesce). Memory: O(shards) plus the bounded index cache.
 
 Lookup by key (`by_key`, `position`): keys are `<episode>_<anchor>`, but the export shuffles windows
-across a split's shards, so no key says which shard holds it. Each shard's key -> position map is built
+across a split's shards, so no key says which shard holds it. Exports since key indexes list one per
+split (`<split>.keys`, `reader/keys.py`): a lookup is a binary search of its key hashes by ranged
+reads (O(log samples): ~18 8-byte reads at 100M samples the first time, ~4 once the search's upper
+levels are cached, at most 2**14 of them per process), then one header read that confirms the key.
+Memory: bounded by that cache, whatever the export's size; the first lookup reads one shard's offset
+index, not every shard's.
+
+Shards the key index does not cover (exports made before key indexes, and shards an
+`export --append` added after it) are searched as before: each shard's key -> position map is built
 only when a lookup first needs it, from its samples' tar headers (the key is the member name before
-the first dot: one 512-byte header per sample, a view when local, one ranged read per sample in
-READ_THREADS threads when remote), shards scanned in order until the key is found. A lookup costs
-O(samples of the shards scanned before it) header reads the first time and a dict lookup per cached
-shard after; the maps are kept up to KEY_CACHE_ENTRIES keys (least recently used shard out: ~100 B
-per key, ~50 MB). For frequent key lookups over a whole split of millions of samples, build the map
-once (`positions()`), or keep one next to the export.
+the first dot: one 512-byte header per sample, a view when local, whose mapped pages are dropped
+again once the shard is read, one ranged read per sample in READ_THREADS threads when remote),
+shards scanned in order until the key is found. Such a lookup costs O(samples of the shards scanned
+before it) header reads the first time and a dict lookup per cached shard after; the maps are kept
+up to KEY_CACHE_ENTRIES keys (least recently used shard out: ~100 B per key, ~50 MB). Exporting
+again writes the index.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from torch.utils.data import Dataset
 
 from robowds.reader.dataset import READ_THREADS, ShardDataset
 from robowds.reader.format import BLOCK, MAX_NAME_BYTES
+from robowds.reader.keys import FILES_PREFIX, KeyIndex
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import ShardInfo
 from robowds.reader.select import make_decoder
@@ -63,6 +72,7 @@ class ShardIndex(Dataset):
         self._open: tuple[int, ShardSource, SampleDecoder] | None = None  # (pid, source, decoder) per process
         self._keys: OrderedDict[int, dict[str, int]] = OrderedDict()  # shard -> key -> sample in shard
         self._cached_keys = 0
+        self._key_file: tuple[int, KeyIndex] | None = None  # (pid, the split's key index) per process
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -91,7 +101,7 @@ class ShardIndex(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_open"], state["_keys"], state["_cached_keys"] = None, OrderedDict(), 0
+        state["_open"], state["_keys"], state["_cached_keys"], state["_key_file"] = None, OrderedDict(), 0, None
         return state
 
     def _reader(self) -> tuple[ShardSource, SampleDecoder]:
@@ -111,14 +121,23 @@ class ShardIndex(Dataset):
         return self[self.position(key)]
 
     def position(self, key: str) -> int:
-        """The position of `key` in the split: cached shards first, then the others in order, each
-        one's map built from its headers when first scanned."""
+        """The position of `key` in the split: from the split's key index where it has one (each
+        candidate confirmed by its sample's header), else, and in shards the index does not cover,
+        cached shards first, then the others in order, each one's map built from its headers when
+        first scanned."""
+        covered = 0  # shards the key index covers: a key not found in it is in none of them
+        keys = self._key_index()
+        if keys is not None:
+            index, covered = keys
+            for found in index.candidates(key):
+                if found < self.dataset._first[covered] and self._key_at(found) == key:
+                    return found
         for k in list(self._keys):
             found = self._keys[k].get(key)
             if found is not None:
                 self._keys.move_to_end(k)
                 return self.dataset._first[k] + found
-        for k in range(len(self.dataset.shards)):
+        for k in range(covered, len(self.dataset.shards)):
             if k in self._keys:
                 continue
             found = self._shard_keys(k).get(key)
@@ -142,19 +161,47 @@ class ShardIndex(Dataset):
             self._cached_keys -= len(self._keys.popitem(last=False)[1])
         return keys
 
+    def _key_index(self) -> tuple[KeyIndex, int] | None:
+        """This process's reader of the split's key index and the shards it covers (None: the export
+        has none for this split)."""
+        entry = self.manifest.get("files", {}).get(FILES_PREFIX + self.split)
+        if entry is None:
+            return None
+        source, _ = self._reader()
+        if self._key_file is None or self._key_file[0] != os.getpid():
+            self._key_file = (os.getpid(), KeyIndex(entry["path"], int(entry["samples"]),
+                                                    lambda start, stop: source.read_file(entry["path"], start, stop)))
+        covered = min(int(entry["shards"]), len(self.dataset.shards))
+        return self._key_file[1], covered
+
+    def _key_at(self, position: int) -> str:
+        """The key of the sample at `position`, from its first tar header (one 512-byte read)."""
+        k = bisect.bisect_right(self.dataset._first, position) - 1
+        shard = self.dataset.shards[k]
+        source, _ = self._reader()
+        offsets = source.offsets(shard)  # [samples + 1]
+        return self._header_key(source, shard, offsets[position - self.dataset._first[k]])
+
+    @staticmethod
+    def _header_key(source: ShardSource, shard: ShardInfo, start: int) -> str:
+        """The key named by the tar header at byte `start` of `shard`: its member name before the first dot."""
+        buf, at = source.span(shard.path, start, start + BLOCK)
+        name = bytes(buf[at:at + MAX_NAME_BYTES]).split(b"\0", 1)[0]
+        if b"." not in name:
+            raise ShardReadError(f"shard {shard.path}: byte {start}: no member name <key>.<field>.<ext> here")
+        return name.split(b".", 1)[0].decode("utf-8")
+
     def _read_keys(self, shard: ShardInfo) -> list[str]:
         """The keys of `shard`'s samples in order: [samples] from their first tar headers."""
         source, _ = self._reader()
         offsets = source.offsets(shard)  # [samples + 1]
 
         def key_at(i: int) -> str:
-            buf, at = source.span(shard.path, offsets[i], offsets[i] + BLOCK)
-            name = bytes(buf[at:at + MAX_NAME_BYTES]).split(b"\0", 1)[0]
-            if b"." not in name:
-                raise ShardReadError(f"shard {shard.path}: byte {offsets[i]}: no member name <key>.<field>.<ext> here")
-            return name.split(b".", 1)[0].decode("utf-8")
+            return self._header_key(source, shard, offsets[i])
 
         if source.mapped:
-            return [key_at(i) for i in range(shard.samples)]
+            keys = [key_at(i) for i in range(shard.samples)]
+            source.release(shard.path, 0, shard.bytes)  # one page per header read: out of RSS again
+            return keys
         with ThreadPoolExecutor(READ_THREADS) as pool:
             return list(pool.map(key_at, range(shard.samples)))

@@ -175,6 +175,22 @@ class ShardSource:
                 raise FileNotFoundError(url) from exc
             raise ShardReadError(f"index {path}: {url} cannot be read: {exc}") from exc
 
+    def read_file(self, path: str, start: int, stop: int) -> bytes:
+        """Bytes [start, stop) of the export's file `path` (fewer where it ends first): one `pread`
+        when local, one ranged read (retried) when remote. FileNotFoundError when it is absent."""
+        if not self.remote:
+            with open(self.location(path), "rb") as fh:
+                return os.pread(fh.fileno(), stop - start, start)
+        url = self.location(path)
+        try:
+            return self._remote().read(url, start, stop)
+        except ObjectTruncated:
+            return b""
+        except RemoteReadError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                raise FileNotFoundError(url) from exc
+            raise ShardReadError(f"{path}: bytes {start}-{stop} of {url} cannot be read: {exc}") from exc
+
     def location(self, path: str) -> str:
         return posixpath.join(self.base, path) if self.remote else os.path.join(self.base, path)
 

@@ -64,13 +64,14 @@ def test_every_position_and_key_equals_iteration(exported: Path, iterated: list[
         ds.by_key("ep_9999_000000")
 
 
-def test_key_maps_are_per_shard_and_lazy(exported: Path, iterated: list[dict[str, Any]]) -> None:
+def test_key_lookups_read_no_shard_headers(exported: Path, iterated: list[dict[str, Any]]) -> None:
+    """The split's key index finds keys (reader/keys.py; the header scan of exports without one:
+    tests/test_key_index.py)."""
     ds = ShardIndex(exported, "train")
     first_shard = ds.dataset.shards[0].samples
     assert ds.position(iterated[1]["__key__"]) == 1
-    assert list(ds._keys) == [0]  # only the first shard's headers were read
     assert ds.position(iterated[first_shard]["__key__"]) == first_shard
-    assert list(ds._keys) == [0, 1]
+    assert list(ds._keys) == [] and ds._open is not None and ds._open[1].indexes_read == 2  # those two shards'
 
 
 def test_remote_file_url_and_fields(exported: Path, iterated: list[dict[str, Any]]) -> None:

@@ -39,6 +39,7 @@ from robowds.export.job.config import snap_notes
 from robowds.export.job.remote_job import (RemoteState, abandon_remote, default_work_root, local_work_dir,
                                            prepare_remote, publish_remote, reduce_shards)
 from robowds.export.job.report import SplitStats, build_manifest, other_export, report_warnings
+from robowds.export.job.key_index import key_index_files
 from robowds.export.job.shards import plan_shards
 from robowds.export.job.side_files import side_files
 from robowds.export.job.spec import JobSpec, resolve
@@ -317,6 +318,8 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
     side, manifest["files"] = side_files(records, split_stats.result(), declarations)  # for append and verify
+    keys, listed = key_index_files(work, manifest)  # each split's key index, for ShardIndex.by_key
+    side, manifest["files"] = {**side, **keys}, {**manifest["files"], **listed}
     kept = publish(out, work, manifest, side) if remote is None else publish_remote(remote, manifest, side)
     if remote is not None:
         remove_work(work)

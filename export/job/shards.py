@@ -22,10 +22,11 @@ import numpy as np
 from robowds.export.core.plausible import human_bytes
 from robowds.export.core.shard_plan import pack_shards, window_order
 from robowds.export.errors import UserError
+from robowds.export.job.key_index import save_shard_hashes
 from robowds.export.job.stage import episode_paths
 from robowds.export.output.fsio import fsync_write
 from robowds.export.output.publish import READY
-from robowds.reader.format import END_OF_ARCHIVE
+from robowds.reader.format import END_OF_ARCHIVE, MAX_NAME_BYTES
 from robowds.reader.manifest import INDEX_SUFFIX, encode_index
 
 
@@ -51,7 +52,7 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
         record = json.loads(rec_path.read_text())
         if final.stat().st_size == record["bytes"] and "index_sha256" in record:
             return record
-    digest, offsets, pos = hashlib.sha256(), [], 0
+    digest, offsets, pos, keys = hashlib.sha256(), [], 0, []
     tmp = work / "tmp" / f"{task.path.replace('/', '__')}.tmp-{os.getpid()}"
     handles: dict[int, int] = {}
     try:
@@ -63,6 +64,7 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
                 if len(blob) != size:
                     raise RuntimeError(f"staging file of episode {ep_index} is truncated; delete {work} and re-run")
                 offsets.append(pos)
+                keys.append(blob[:MAX_NAME_BYTES].split(b"\0", 1)[0].split(b".", 1)[0].decode("utf-8"))  # its first name
                 fh.write(blob)
                 digest.update(blob)
                 pos += size
@@ -76,6 +78,7 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
     index_bytes = encode_index(offsets, pos)  # [samples + 1]: the last entry is where the samples end
     record = {"path": task.path, "samples": len(offsets), "bytes": pos + len(END_OF_ARCHIVE),
               "sha256": digest.hexdigest(), "index_sha256": hashlib.sha256(index_bytes).hexdigest()}
+    save_shard_hashes(work, task.path, keys)  # for the split's key index (job/key_index.py)
     fsync_write(rec_path, json.dumps(record).encode())
     final.parent.mkdir(parents=True, exist_ok=True)
     fsync_write(index, index_bytes)
