@@ -22,6 +22,8 @@ run() {  # run NAME CMD...: the command, with --json $OUT/NAME.json and the extr
 }
 run bench_export $PY scripts/bench_export.py --episodes 300 --repeats 3
 run bench_read $PY scripts/bench_read.py
+run bench_read_rss $PY scripts/bench_read_rss.py
+run bench_by_key $PY scripts/bench_by_key.py
 run bench_cold_read $PY scripts/bench_cold_read.py
 run bench_collate $PY scripts/bench_collate.py
 run bench_batches $PY scripts/bench_batches.py

@@ -3,21 +3,25 @@
 `write_shard` hands each shard's sample keys to `save_shard_hashes` (8 bytes a sample, into the work
 folder's `keys/`, next to the shard records), and once every shard is written `key_index_files` sorts
 each split's hashes into its index: a side file the manifest lists under `files` as `keys.<split>`,
-published (or uploaded) with the others. A split missing a shard's hashes (its shard was written by
-an earlier robowds into the same work folder) gets no index; `ShardIndex` then finds keys by scanning
-the shards' headers, as for exports made before key indexes. Memory: 24 bytes a sample of the split
-being indexed (`encode_key_index`).
+published (or uploaded) with the others. A shard whose hashes the work folder lacks (written by an
+earlier robowds, or uploaded by a run whose work folder was lost) has its keys read back from the
+staged windows it holds, so the index never depends on how the job was resumed. Memory: 24 bytes a
+sample of the split being indexed (`encode_key_index`). `export --append` writes none (yet): the
+appended export's keys are found by scanning headers (`reader/index.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from robowds.export.job.stage import episode_paths
 from robowds.export.output.fsio import fsync_write
+from robowds.reader.format import MAX_NAME_BYTES
 from robowds.reader.keys import FILES_PREFIX, KEY_INDEX_DTYPE, encode_key_index, key_hashes, key_index_path
 
 KEYS_DIR = "keys"  # in the work folder: `<split>__shard-NNNNNN.tar.keys`, [samples] uint64 key hashes
@@ -34,9 +38,29 @@ def save_shard_hashes(work: Path, shard_path: str, keys: Iterable[str]) -> None:
     fsync_write(target, key_hashes(keys).astype(KEY_INDEX_DTYPE).tobytes())
 
 
-def key_index_files(work: Path, manifest: dict[str, Any]) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
-    """(path -> bytes, `files` entries) of the key index of every split whose shards' hashes are all
-    in `work`; each covers all the split's shards."""
+def _shard_keys_from_staging(work: Path, entries: np.ndarray) -> list[str]:
+    """A shard's keys read back from the staged windows it was written from (the first header's name
+    of each: one 100-byte read a sample), for a shard written before the work folder had its hashes
+    (OUT at a URL resumed with a new work folder: its uploaded shards are not written again)."""
+    handles: dict[int, int] = {}
+    try:
+        keys = []
+        for ep_index, offset, _ in entries.tolist():  # [S, 3]: episode index, offset in its staging file, size
+            if ep_index not in handles:
+                handles[ep_index] = os.open(episode_paths(work, ep_index)[0], os.O_RDONLY)
+            header = os.pread(handles[ep_index], MAX_NAME_BYTES, offset)
+            keys.append(header.split(b"\0", 1)[0].split(b".", 1)[0].decode("utf-8"))
+        return keys
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+
+
+def key_index_files(work: Path, manifest: dict[str, Any], entries: Mapping[str, np.ndarray]
+                    ) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+    """(path -> bytes, `files` entries) of every split's key index, covering all its shards: the
+    hashes `write_shard` saved, else (a shard this work folder did not write) its keys read from
+    the staged windows `entries` (shard path -> its `ShardTask.entries`) say it holds."""
     data: dict[str, bytes] = {}
     listed: dict[str, dict[str, Any]] = {}
     for split, entry in sorted(manifest["splits"].items()):
@@ -45,12 +69,11 @@ def key_index_files(work: Path, manifest: dict[str, Any]) -> tuple[dict[str, byt
             path = _hashes_path(work, shard["path"])
             part = np.fromfile(path, dtype=KEY_INDEX_DTYPE) if path.is_file() else None  # [samples]
             if part is None or len(part) != shard["samples"]:
-                break
+                part = key_hashes(_shard_keys_from_staging(work, entries[shard["path"]]))
             parts.append(part)
-        else:
-            blob = encode_key_index(np.concatenate([np.zeros(0, KEY_INDEX_DTYPE), *parts]))
-            rel = key_index_path(split)
-            data[rel] = blob
-            listed[FILES_PREFIX + split] = {"path": rel, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-                                            "samples": sum(len(p) for p in parts), "shards": len(parts)}
+        blob = encode_key_index(np.concatenate([np.zeros(0, KEY_INDEX_DTYPE), *parts]))
+        rel = key_index_path(split)
+        data[rel] = blob
+        listed[FILES_PREFIX + split] = {"path": rel, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                                        "samples": sum(len(p) for p in parts), "shards": len(parts)}
     return data, listed

@@ -318,7 +318,8 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
     side, manifest["files"] = side_files(records, split_stats.result(), declarations)  # for append and verify
-    keys, listed = key_index_files(work, manifest)  # each split's key index, for ShardIndex.by_key
+    # each split's key index, for ShardIndex.by_key (job/key_index.py)
+    keys, listed = key_index_files(work, manifest, {t.path: t.entries for t in tasks})
     side, manifest["files"] = {**side, **keys}, {**manifest["files"], **listed}
     kept = publish(out, work, manifest, side) if remote is None else publish_remote(remote, manifest, side)
     if remote is not None:

@@ -64,7 +64,7 @@ def write_shard(task: ShardTask) -> dict[str, Any]:
                 if len(blob) != size:
                     raise RuntimeError(f"staging file of episode {ep_index} is truncated; delete {work} and re-run")
                 offsets.append(pos)
-                keys.append(blob[:MAX_NAME_BYTES].split(b"\0", 1)[0].split(b".", 1)[0].decode("utf-8"))  # its first name
+                keys.append(blob[:MAX_NAME_BYTES].split(b"\0", 1)[0].split(b".", 1)[0].decode("utf-8"))  # 1st name
                 fh.write(blob)
                 digest.update(blob)
                 pos += size
