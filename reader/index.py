@@ -11,7 +11,8 @@ yields for that sample. Use it with any sampler:
 Costs: a lookup by position is a bisect over the shards' first ids (O(log shards)), the shard's index
 read once (then cached, as iteration caches it: `ShardSource.offsets`) and one read of the sample's
 bytes: a view of the mapped shard when local, one ranged request when remote (random order gives no
-neighbours to coalesce). Memory: O(shards) plus the bounded index cache.
+neighbours to coalesce). Memory: O(shards) plus the bounded index cache; a local sample's mapped pages
+are dropped from RSS once 32 MiB of later samples were read (`reader/release.py`).
 
 Lookup by key (`by_key`, `position`): keys are `<episode>_<anchor>`, but the export shuffles windows
 across a split's shards, so no key says which shard holds it. Exports since key indexes list one per
@@ -47,6 +48,7 @@ from robowds.reader.format import BLOCK, MAX_NAME_BYTES
 from robowds.reader.keys import FILES_PREFIX, KeyIndex
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import ShardInfo
+from robowds.reader.release import ReleaseBehind
 from robowds.reader.select import make_decoder
 from robowds.reader.source import ShardReadError, ShardSource
 
@@ -73,6 +75,7 @@ class ShardIndex(Dataset):
         self._keys: OrderedDict[int, dict[str, int]] = OrderedDict()  # shard -> key -> sample in shard
         self._cached_keys = 0
         self._key_file: tuple[int, KeyIndex] | None = None  # (pid, the split's key index) per process
+        self._behind: ReleaseBehind | None = None  # samples read, their pages dropped once 32 MiB behind
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -97,11 +100,14 @@ class ShardIndex(Dataset):
         shard, start, stop = ds._locate(index, source)
         sample = ds._decode(source, decoder, shard, start, stop - start, (shard.path, stop))
         assert sample is not None  # on_error="raise"
+        if self._behind is not None:  # its mapped pages leave RSS once far enough behind (reader/release.py)
+            self._behind.consumed(shard.path, start, stop)
         return sample
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_open"], state["_keys"], state["_cached_keys"], state["_key_file"] = None, OrderedDict(), 0, None
+        state["_behind"] = None
         return state
 
     def _reader(self) -> tuple[ShardSource, SampleDecoder]:
@@ -113,6 +119,7 @@ class ShardIndex(Dataset):
                                  max_request_bytes=ds.max_request_bytes, jitter_key=f"index/{os.getpid()}")
             self._open = (os.getpid(), source, make_decoder(ds.members, ds.keep))
             self._keys, self._cached_keys = OrderedDict(), 0
+            self._behind = ReleaseBehind(source.release) if source.mapped else None
         return self._open[1], self._open[2]
 
     # -- by key ----------------------------------------------------------------------------------

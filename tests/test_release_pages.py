@@ -11,7 +11,7 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
-from robowds.reader import ShardDataset, ShardLoader
+from robowds.reader import ShardDataset, ShardIndex, ShardLoader
 from robowds.reader.dataset import READ_AHEAD_BYTES
 from robowds.reader.release import FAULT_AROUND, RELEASE_LAG_BYTES, ReleaseBehind
 from robowds.reader.source import ShardSource
@@ -116,3 +116,15 @@ def test_rss_stays_flat_over_an_epoch_of_large_samples(large_export: Path) -> No
     for batch in batches:
         peak = max(peak, rss_file() - base)
     assert peak < bound, f"mapped pages grew by {peak / MB:.0f} MiB reading batches of {export_bytes / MB:.0f} MB"
+
+
+def test_random_access_lets_go_of_what_it_read(large_export: Path) -> None:
+    """`ShardIndex[i]` in a random order (a sampler's) holds no more mapped pages than the lag."""
+    ds = ShardIndex(large_export, "train")
+    order = np.random.default_rng(0).permutation(len(ds)).tolist()
+    touch_pages(ds[order[0]])
+    base, peak = rss_file(), 0
+    for i in order[1:]:
+        touch_pages(ds[i])
+        peak = max(peak, rss_file() - base)
+    assert peak < RELEASE_LAG_BYTES + 8 * MB, f"mapped pages grew by {peak / MB:.0f} MiB"
