@@ -12,7 +12,7 @@ Costs: a lookup by position is a bisect over the shards' first ids (O(log shards
 read once (then cached, as iteration caches it: `ShardSource.offsets`) and one read of the sample's
 bytes: a view of the mapped shard when local, one ranged request when remote (random order gives no
 neighbours to coalesce). Memory: O(shards) plus the bounded index cache; a local sample's mapped pages
-are dropped from RSS once 32 MiB of later samples were read (`reader/release.py`).
+are dropped from RSS once 16-32 MiB of later samples were read (`reader/release.py`).
 
 Lookup by key (`by_key`, `position`): keys are `<episode>_<anchor>`, but the export shuffles windows
 across a split's shards, so no key says which shard holds it. Exports since key indexes list one per
@@ -75,7 +75,7 @@ class ShardIndex(Dataset):
         self._keys: OrderedDict[int, dict[str, int]] = OrderedDict()  # shard -> key -> sample in shard
         self._cached_keys = 0
         self._key_file: tuple[int, KeyIndex] | None = None  # (pid, the split's key index) per process
-        self._behind: ReleaseBehind | None = None  # samples read, their pages dropped once 32 MiB behind
+        self._behind: ReleaseBehind | None = None  # samples read, their pages dropped once far behind
 
     @property
     def manifest(self) -> dict[str, Any]:

@@ -4,9 +4,9 @@ Local samples are zero-copy views of memory-mapped shards (`reader/source.py`). 
 touches stays mapped into the process (counted as RssFile, and by container limits and Kubernetes'
 working set) until its mapping is unmapped, which happens only when no view of it is left: over one
 epoch of a 1.3 GB raw-frame export RSS climbed to 1.66 GB. `ReleaseBehind` follows the samples in
-the order they are handed out and, once a sample is `lag_bytes` (and `keep` samples) behind the
-newest, asks the kernel to drop its pages from this process (`madvise(MADV_DONTNEED)` through
-`ShardSource.release`).
+the order they are handed out and, once a sample is `lag_bytes` + `chunk_bytes` (and `keep` samples)
+behind the newest, asks the kernel to drop its pages from this process (`madvise(MADV_DONTNEED)`
+through `ShardSource.release`).
 
 Why that is safe while the user still holds arrays viewing those pages: shards are mapped read-only
 and shared (`mmap.ACCESS_READ`: MAP_SHARED, PROT_READ), so MADV_DONTNEED only removes the page table
@@ -15,12 +15,11 @@ ever written to these pages, so no content can be lost (tests/test_release_pages
 drops its pages and compares every value). The page cache itself is left alone (no
 `posix_fadvise(DONTNEED)`): other readers of the same shards, and the next epoch, still find the bytes
 in memory. A dropped page still in use costs one minor fault when touched again; the lag makes that
-rare (a batch is collated, i.e. copied, before its samples fall `keep` samples behind).
+rare (a batch is collated, i.e. copied, before its samples fall `keep` (the batch size) behind).
 
 Ranges are widened to FAULT_AROUND-aligned blocks: a read fault maps the cached pages around the
 faulting one too (Linux `fault_around_bytes`, 64 KiB by default), so a sample's read also maps its
-neighbours' pages; dropping the whole block lets nothing a read mapped stay behind. Memory: one
-(shard, start, stop) tuple per sample within the lag (neighbours in the same shard are merged).
+neighbours' pages; dropping the whole block lets nothing a read mapped stay behind.
 """
 
 from __future__ import annotations
@@ -29,46 +28,45 @@ from collections import deque
 from typing import Callable
 
 FAULT_AROUND = 64 * 1024  # Linux's default fault_around_bytes: what one read fault may map
-RELEASE_LAG_BYTES = 32 << 20  # consumed bytes kept mapped behind the newest sample (2x the read-ahead)
+RELEASE_LAG_BYTES = 16 << 20  # consumed bytes kept mapped behind the newest sample (the read-ahead's size)
+RELEASE_CHUNK_BYTES = 16 << 20  # released together, once this much more than the lag is behind
 
 Release = Callable[[str, int, int], None]  # (shard path, start, stop): drop those pages of the mapping
 
 
 class ReleaseBehind:
-    """Consumed byte ranges, in the order they were handed out; the oldest are released once more than
-    `lag_bytes` and more than `keep` samples are behind."""
+    """Consumed byte ranges, in the order they were handed out. Once `lag_bytes` + `chunk_bytes` are
+    behind, the oldest go until `lag_bytes` (and at least `keep` samples) are left: one release per
+    shard, of the span from the first to the last byte of its ranges going.
 
-    def __init__(self, release: Release, lag_bytes: int = RELEASE_LAG_BYTES, keep: int = 1) -> None:
+    Why spans and not each sample's range: one madvise costs ~10-30 us on the 2-core VM whatever its
+    length (the system call and the TLB flush; zapping the page table entries is cheap), against ~140
+    us to read a 500 KB sample from the page cache, so one call per sample slowed the zero-copy
+    sample loop by ~20% of its CPU time, one per shard and chunk by about half that. A span may cover
+    samples consumed more recently, or not yet: their pages are dropped too, which is safe (they fault
+    back in when touched) and rare to matter (it costs a minor fault where such a sample is read
+    again). Memory: one tuple per sample within lag + chunk."""
+
+    def __init__(self, release: Release, lag_bytes: int = RELEASE_LAG_BYTES, keep: int = 1,
+                 chunk_bytes: int = RELEASE_CHUNK_BYTES) -> None:
         self.release, self.lag_bytes, self.keep = release, int(lag_bytes), max(1, int(keep))
-        self._ranges: deque[list] = deque()  # [path, start, stop, samples, bytes]: FAULT_AROUND-aligned, merged
+        self.chunk_bytes = int(chunk_bytes)
+        self._ranges: deque[tuple[str, int, int, int]] = deque()  # (path, start, stop, sample bytes): aligned
         self._bytes = 0  # consumed sample bytes in `_ranges`
-        self._samples = 0  # samples in `_ranges`
-        self.released = 0  # bytes handed to `release` (aligned), for tests and benchmarks
+        self.released = 0  # bytes handed to `release` (aligned spans), for tests and benchmarks
 
     def consumed(self, path: str, start: int, stop: int) -> None:
         """Sample bytes [start, stop) of shard `path` have been handed out."""
-        low = start - start % FAULT_AROUND
-        high = stop + (-stop) % FAULT_AROUND
-        last = self._ranges[-1] if self._ranges else None
-        if (last is not None and last[0] == path and low <= last[2] and high >= last[1]
-                and last[4] < self.lag_bytes // 4):  # merged up to a quarter of the lag, so the oldest goes in time
-            last[1], last[2] = min(last[1], low), max(last[2], high)  # touching: one range
-            last[3], last[4] = last[3] + 1, last[4] + stop - start
-        else:
-            self._ranges.append([path, low, high, 1, stop - start])
+        self._ranges.append((path, start - start % FAULT_AROUND, stop + (-stop) % FAULT_AROUND, stop - start))
         self._bytes += stop - start
-        self._samples += 1
-        while self._ranges and self._bytes > self.lag_bytes and self._samples - self._ranges[0][3] >= self.keep:
-            path, low, high, samples, size = self._ranges.popleft()
-            self._samples -= samples
+        if self._bytes <= self.lag_bytes + self.chunk_bytes or len(self._ranges) <= self.keep:
+            return
+        spans: dict[str, list[int]] = {}  # shard -> [first byte, end] of its ranges going now
+        while self._bytes > self.lag_bytes and len(self._ranges) > self.keep:
+            path, low, high, size = self._ranges.popleft()
             self._bytes -= size
+            span = spans.setdefault(path, [low, high])
+            span[0], span[1] = min(span[0], low), max(span[1], high)
+        for path, (low, high) in spans.items():
             self.release(path, low, high)
             self.released += high - low
-
-    def flush(self) -> None:
-        """Release everything still held (the pass has ended)."""
-        while self._ranges:
-            path, low, high, _, _ = self._ranges.popleft()
-            self.release(path, low, high)
-            self.released += high - low
-        self._bytes = self._samples = 0

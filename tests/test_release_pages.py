@@ -13,7 +13,7 @@ from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset, ShardIndex, ShardLoader
 from robowds.reader.dataset import READ_AHEAD_BYTES
-from robowds.reader.release import FAULT_AROUND, RELEASE_LAG_BYTES, ReleaseBehind
+from robowds.reader.release import FAULT_AROUND, RELEASE_CHUNK_BYTES, RELEASE_LAG_BYTES, ReleaseBehind
 from robowds.reader.source import ShardSource
 
 MB = 1 << 20
@@ -67,27 +67,25 @@ def test_dropped_pages_still_read_as_the_file(tmp_path: Path) -> None:
     assert np.array_equal(view, data)  # every byte, after the drop
 
 
-def test_release_behind_keeps_the_lag_and_the_last_samples() -> None:
-    """The oldest ranges go once more than lag_bytes and `keep` samples are behind; neighbours merge
-    into FAULT_AROUND-aligned ranges."""
+def test_release_behind_keeps_the_lag_and_releases_one_span_per_shard() -> None:
+    """Once lag + chunk bytes are behind, the oldest samples go until the lag is left (and at least
+    `keep` samples), one FAULT_AROUND-aligned span per shard."""
     released: list[tuple[str, int, int]] = []
-    behind = ReleaseBehind(lambda path, start, stop: released.append((path, start, stop)), lag_bytes=3 * MB, keep=2)
-    kb256 = 256 * 1024
-    for i in range(12):  # 256 KiB samples of shard a, one after the other: merged up to lag / 4 (3 samples)
-        behind.consumed("a", i * kb256, (i + 1) * kb256)
-    assert released == []  # 3 MiB behind: not more than the lag
-    behind.consumed("a", 12 * kb256, 13 * kb256)
-    assert released == [("a", 0, 3 * kb256)]
-    released.clear()
-    behind = ReleaseBehind(lambda path, start, stop: released.append((path, start, stop)), lag_bytes=3 * MB, keep=2)
-    behind.consumed("a", 100, MB + 100)
+    behind = ReleaseBehind(lambda path, start, stop: released.append((path, start, stop)), lag_bytes=2 * MB, keep=2,
+                           chunk_bytes=MB)
+    behind.consumed("a", 5 * MB + 100, 6 * MB + 100)  # [5 MiB, 6 MiB + 64 KiB) once aligned
+    behind.consumed("a", MB, 2 * MB)
     behind.consumed("b", 0, MB)
-    behind.consumed("a", 5 * MB, 6 * MB)
-    assert released == []  # 3 MiB behind: not more than the lag
-    behind.consumed("b", 2 * MB, 3 * MB)
-    assert released == [("a", 0, MB + FAULT_AROUND)]  # widened to whole fault-around blocks
-    behind.flush()
-    assert released[1:] == [("b", 0, MB), ("a", 5 * MB, 6 * MB), ("b", 2 * MB, 3 * MB)]
+    assert released == []  # 3 MiB behind: not more than lag + chunk
+    behind.consumed("b", 4 * MB, 5 * MB)
+    assert released == [("a", MB, 6 * MB + FAULT_AROUND)]  # down to 2 MiB: shard a's two samples, one span
+    assert behind.released == 5 * MB + FAULT_AROUND
+    released.clear()
+    keeping = ReleaseBehind(lambda path, start, stop: released.append((path, start, stop)), lag_bytes=0, keep=3,
+                            chunk_bytes=0)
+    for i in range(4):
+        keeping.consumed("c", 2 * i * MB, (2 * i + 1) * MB)
+    assert released == [("c", 0, MB)]  # the last 3 samples stay, whatever the lag
 
 
 def test_rss_stays_flat_over_an_epoch_of_large_samples(large_export: Path) -> None:
@@ -97,7 +95,7 @@ def test_rss_stays_flat_over_an_epoch_of_large_samples(large_export: Path) -> No
     export_bytes = sum(s["bytes"] for s in json.loads((large_export / "manifest.json").read_text())
                        ["splits"]["train"]["shards"])
     assert export_bytes > 80 * MB
-    bound = RELEASE_LAG_BYTES + READ_AHEAD_BYTES + 8 * MB  # 56 MiB
+    bound = RELEASE_LAG_BYTES + RELEASE_CHUNK_BYTES + READ_AHEAD_BYTES + 8 * MB  # 56 MiB
     ds = ShardDataset(large_export, "train", seed=0)
     samples = iter(ds)
     touch_pages(next(samples))  # imports and first mappings done
@@ -127,4 +125,4 @@ def test_random_access_lets_go_of_what_it_read(large_export: Path) -> None:
     for i in order[1:]:
         touch_pages(ds[i])
         peak = max(peak, rss_file() - base)
-    assert peak < RELEASE_LAG_BYTES + 8 * MB, f"mapped pages grew by {peak / MB:.0f} MiB"
+    assert peak < RELEASE_LAG_BYTES + RELEASE_CHUNK_BYTES + 8 * MB, f"mapped pages grew by {peak / MB:.0f} MiB"
