@@ -22,8 +22,8 @@ levels are cached, at most 2**14 of them per process), then one header read that
 Memory: bounded by that cache, whatever the export's size; the first lookup reads one shard's offset
 index, not every shard's.
 
-Shards the key index does not cover (exports made before key indexes, and shards an
-`export --append` added after it) are searched as before: each shard's key -> position map is built
+Shards the key index does not cover (exports made before key indexes, and appends to those; its
+`shards` count says how many it covers) are searched as before: each shard's key -> position map is built
 only when a lookup first needs it, from its samples' tar headers (the key is the member name before
 the first dot: one 512-byte header per sample, a view when local, whose mapped pages are dropped
 again once the shard is read, one ranged read per sample in READ_THREADS threads when remote),

@@ -9,7 +9,7 @@ order, then, entry for entry, the sample's position in the split (ties in positi
                                        person=b"robowds.keys.v1").digest(), "little")
 
 The manifest lists it under `files` as `keys.<split>` (`path`, `bytes`, `sha256`, `samples`, and
-`shards`: how many of the split's first shards it covers; shards appended later are not in it), so
+`shards`: how many of the split's first shards it covers; `export --append` rewrites it), so
 `verify` checks its sha256 like any side file and publish places and removes it with the export.
 
 `KeyIndex.candidates(key)` binary-searches the hashes with ranged reads: the search's upper levels

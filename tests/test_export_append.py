@@ -31,6 +31,8 @@ from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.export.job.config import load_config
 from robowds.export.output.energon import energon_files
+from robowds.reader import ShardIndex
+from robowds.reader.keys import encode_key_index, key_hashes
 
 from kills import WORK, run_and_kill_in, run_paused_in
 
@@ -108,6 +110,10 @@ def test_append_adds_new_shards_and_equals_a_full_export(grown: dict[str, Path],
     assert manifest["stats"] == full["stats"]
     for name in ("stats-state.msgpack", "episodes.msgpack"):
         assert (out / name).read_bytes() == (grown["full7"] / name).read_bytes()
+    for split in manifest["splits"]:  # the key index of the grown split (reader/keys.py): old shards and new
+        keys = [key for key, _ in ShardIndex(out, split).positions()]
+        assert (out / f"{split}.keys").read_bytes() == encode_key_index(key_hashes(keys))
+        assert manifest["files"][f"keys.{split}"]["shards"] == len(manifest["splits"][split]["shards"])
     # the whole report (masked_fraction, duration_s from the parts saved in stats-state.msgpack) but the
     # shards' total bytes: the same samples in other shards are other tars (docs/output-format.md)
     assert manifest["report"].keys() == full["report"].keys()

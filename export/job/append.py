@@ -40,6 +40,7 @@ from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.job.append_config import FULL_EXPORT, check_given, out_config
 from robowds.export.job.append_manifest import merged_manifest
 from robowds.export.job.append_out import AppendOut, append_out
+from robowds.export.job.key_index import key_index_files, old_key_hashes
 from robowds.export.job.remote_job import reduce_shards
 from robowds.export.job.report import SplitStats, report_warnings
 from robowds.export.job.report_state import merge_parts, report_parts
@@ -202,6 +203,10 @@ def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any
                                source=source, job_id=job_id, split_stats=split_stats, parts=parts)
     entries = [e for e in old.values() if e.exported or e.episode_id not in added] + episode_entries(records)
     side_data, manifest["files"] = side_files_of(entries, split_stats.result(), declarations, parts)
+    # the grown splits' key indexes (job/key_index.py): the old index's hashes, then the new shards'
+    keys, listed = key_index_files(work, manifest, {t.path: t.entries for t in shard_tasks},
+                                   old_key_hashes(target.read, doc))
+    side_data, manifest["files"] = {**side_data, **keys}, {**manifest["files"], **listed}
     kept = target.publish(work, manifest, side_data)
     report = manifest["report"]
     return Summary(out, len(good), len(failed), sum(r["samples"] for r in new_shards), len(new_shards),

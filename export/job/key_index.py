@@ -6,8 +6,10 @@ each split's hashes into its index: a side file the manifest lists under `files`
 published (or uploaded) with the others. A shard whose hashes the work folder lacks (written by an
 earlier robowds, or uploaded by a run whose work folder was lost) has its keys read back from the
 staged windows it holds, so the index never depends on how the job was resumed. Memory: 24 bytes a
-sample of the split being indexed (`encode_key_index`). `export --append` writes none (yet): the
-appended export's keys are found by scanning headers (`reader/index.py`).
+sample of the split being indexed (`encode_key_index`). `export --append` writes the grown split's
+index from the old one's hashes (`old_key_hashes`) and the new shards'; an old export without one
+(or with one that does not match) gets none, and its keys are found by scanning headers
+(`reader/index.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -56,24 +58,58 @@ def _shard_keys_from_staging(work: Path, entries: np.ndarray) -> list[str]:
             os.close(fd)
 
 
-def key_index_files(work: Path, manifest: dict[str, Any], entries: Mapping[str, np.ndarray]
+def old_key_hashes(read: Callable[[str], bytes | None], manifest: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per split of an append's old export (`read(rel)`: a file of it, None if absent; a folder's or a
+    URL's, `append_out.AppendOut.read`), its samples' key hashes in position
+    order ([samples] uint64), from its key index where that covers all the split's shards and its
+    sha256 is the manifest's; a split without such an index is left out (its appended export gets
+    none: lookups scan headers). Reads each index whole, once: 16 bytes a sample."""
+    found: dict[str, np.ndarray] = {}
+    for split, entry in manifest["splits"].items():
+        listed = manifest.get("files", {}).get(FILES_PREFIX + split)
+        if listed is None or listed.get("shards") != len(entry["shards"]):
+            continue
+        data = read(listed["path"]) or b""
+        samples = int(listed.get("samples", -1))
+        if hashlib.sha256(data).hexdigest() != listed["sha256"] or len(data) != 2 * KEY_INDEX_DTYPE.itemsize * samples:
+            continue
+        table = np.frombuffer(data, dtype=KEY_INDEX_DTYPE)  # [2 * samples]: sorted hashes, their positions
+        hashes = np.empty(samples, dtype=KEY_INDEX_DTYPE)
+        hashes[table[samples:].astype(np.int64)] = table[:samples]
+        found[split] = hashes
+    return found
+
+
+def key_index_files(work: Path, manifest: dict[str, Any], entries: Mapping[str, np.ndarray],
+                    before: Mapping[str, np.ndarray] | None = None,
                     ) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
-    """(path -> bytes, `files` entries) of every split's key index, covering all its shards: the
-    hashes `write_shard` saved, else (a shard this work folder did not write) its keys read from
-    the staged windows `entries` (shard path -> its `ShardTask.entries`) say it holds."""
+    """(path -> bytes, `files` entries) of every split's key index, covering all its shards: for the
+    shards this job wrote (`entries`: shard path -> its `ShardTask.entries`), the hashes `write_shard`
+    saved, else their keys read from the staged windows `entries` say they hold; for the shards an
+    earlier job wrote (an append's old shards), `before` (split -> their hashes in position order,
+    `old_key_hashes`). A split whose old shards' hashes are not there gets no index."""
     data: dict[str, bytes] = {}
     listed: dict[str, dict[str, Any]] = {}
     for split, entry in sorted(manifest["splits"].items()):
-        parts = []
+        old = (before or {}).get(split, np.zeros(0, KEY_INDEX_DTYPE))
+        parts, taken = [], 0
         for shard in entry["shards"]:
+            if shard["path"] not in entries:  # written by an earlier job: its hashes from that job's index
+                if taken + shard["samples"] > len(old):
+                    break
+                parts.append(old[taken:taken + shard["samples"]])
+                taken += shard["samples"]
+                continue
             path = _hashes_path(work, shard["path"])
             part = np.fromfile(path, dtype=KEY_INDEX_DTYPE) if path.is_file() else None  # [samples]
             if part is None or len(part) != shard["samples"]:
                 part = key_hashes(_shard_keys_from_staging(work, entries[shard["path"]]))
             parts.append(part)
-        blob = encode_key_index(np.concatenate([np.zeros(0, KEY_INDEX_DTYPE), *parts]))
-        rel = key_index_path(split)
-        data[rel] = blob
-        listed[FILES_PREFIX + split] = {"path": rel, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-                                        "samples": sum(len(p) for p in parts), "shards": len(parts)}
+        else:
+            blob = encode_key_index(np.concatenate([np.zeros(0, KEY_INDEX_DTYPE), *parts]))
+            rel = key_index_path(split)
+            data[rel] = blob
+            listed[FILES_PREFIX + split] = {"path": rel, "bytes": len(blob),
+                                            "sha256": hashlib.sha256(blob).hexdigest(),
+                                            "samples": sum(len(p) for p in parts), "shards": len(parts)}
     return data, listed

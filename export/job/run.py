@@ -36,10 +36,10 @@ from robowds.export.errors import UserError
 from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.executors.profile import JobProfile
 from robowds.export.job.config import snap_notes
+from robowds.export.job.key_index import key_index_files
 from robowds.export.job.remote_job import (RemoteState, abandon_remote, default_work_root, local_work_dir,
                                            prepare_remote, publish_remote, reduce_shards)
 from robowds.export.job.report import SplitStats, build_manifest, other_export, report_warnings
-from robowds.export.job.key_index import key_index_files
 from robowds.export.job.shards import plan_shards
 from robowds.export.job.side_files import side_files
 from robowds.export.job.spec import JobSpec, resolve
