@@ -102,3 +102,16 @@ def test_a_missing_or_truncated_key_index_is_one_error_naming_it(out: Path, tmp_
     (broken / "train.keys").unlink()
     with pytest.raises(KeyIndexError, match=r"key index train.keys is missing .*fix: restore it"):
         ShardIndex(broken, "train").position(key)
+
+
+def test_verify_refuses_a_changed_key_index(out: Path, tmp_path: Path) -> None:
+    """The reader never hashes the whole index (its first lookup would grow with the export); verify does."""
+    from robowds.export.check.verify import verify_export
+
+    changed = tmp_path / "changed"
+    shutil.copytree(out, changed)
+    data = bytearray((out / "train.keys").read_bytes())
+    data[8] ^= 1
+    (changed / "train.keys").write_bytes(bytes(data))
+    result = verify_export(changed, progress=False)
+    assert not result.ok and "file train.keys: sha256 does not match the manifest" in result.failures
