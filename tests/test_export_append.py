@@ -39,6 +39,18 @@ from kills import WORK, run_and_kill_in, run_paused_in
 SETTINGS = ["splits={train: rest, val: 0.3}", "window.duration_s=0.4", "stride=8", "shard.min_shards=2"]
 
 
+def changed_store(grown: Path, to: Path) -> Path:
+    """A copy of the grown store with one value of one row of ep_0001 changed (1e-9 added)."""
+    shutil.copytree(grown, to)
+    table = pq.read_table(to / "trajectories.parquet")
+    joints = table.column("joints").to_pylist()
+    joints[1][3][2] += 1e-9
+    table = table.set_column(table.schema.get_field_index("joints"), "joints",
+                             pa.array(joints, table.schema.field("joints").type))
+    pq.write_table(table, to / "trajectories.parquet")
+    return to
+
+
 def _cli(*argv: str) -> int:
     args = ["export", *map(str, argv), "--quiet", "--workers", "1"]
     return main(args)
@@ -150,15 +162,8 @@ def test_append_with_nothing_added_is_up_to_date(grown: dict[str, Path], tmp_pat
 
 def test_append_refuses_a_changed_or_removed_episode(grown: dict[str, Path], tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    store, out = tmp_path / "s", tmp_path / "o"
-    shutil.copytree(grown["s7"], store)
+    store, out = changed_store(grown["s7"], tmp_path / "s"), tmp_path / "o"
     shutil.copytree(grown["o4"], out)
-    table = pq.read_table(store / "trajectories.parquet")
-    joints = table.column("joints").to_pylist()
-    joints[1][3][2] += 1e-9  # one value of one row of ep_0001
-    table = table.set_column(table.schema.get_field_index("joints"), "joints",
-                             pa.array(joints, table.schema.field("joints").type))
-    pq.write_table(table, store / "trajectories.parquet")
     before = _files(out)
     capsys.readouterr()
     assert _cli(store, out, "--append") != 0

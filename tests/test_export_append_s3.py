@@ -15,21 +15,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 
 from fault_proxy import FaultProxy, moto_client
-from test_export_append import SETTINGS, _samples
+from test_export_append import SETTINGS, _samples, changed_store
 from test_export_s3_out import BUCKET, proxy, puts, remote_tree, s3  # noqa: F401 - fixtures: one server a module
 
 pytest.importorskip("moto")
@@ -162,14 +159,7 @@ def test_a_refused_append_into_s3_writes_nothing(grown: dict[str, Any], proxy: F
     assert {k: v for k, v in _heads(proxy, "ref").items() if k != ".robowds-lock"} == heads
     assert [w for w in _writes(proxy) if w[0] != "PUT" or not w[1].endswith(".robowds-lock")] == []
     client.delete_object(Bucket=BUCKET, Key="ref/.robowds-lock")
-    store = tmp_path / "s"
-    shutil.copytree(grown["s7"], store)
-    table = pq.read_table(store / "trajectories.parquet")
-    joints = table.column("joints").to_pylist()
-    joints[1][3][2] += 1e-9  # one value of one row of ep_0001
-    table = table.set_column(table.schema.get_field_index("joints"), "joints",
-                             pa.array(joints, table.schema.field("joints").type))
-    pq.write_table(table, store / "trajectories.parquet")
+    store = changed_store(grown["s7"], tmp_path / "s")  # one value of one row of ep_0001
     proxy.configure(None)
     assert _append(store, "s3://robots/ref", options, work) == 2
     err = capsys.readouterr().err

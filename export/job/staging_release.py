@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from robowds.export.job.stage import episode_paths, is_released
+from robowds.export.output.fsio import fsync_dir
 
 RELEASED = "released.bin"  # in the work folder: int32 (episode index, window index) pairs
 _PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
@@ -104,7 +105,7 @@ class StagingRelease:
     def shard_done(self, entries: np.ndarray, shard: Path) -> None:
         """The shard `shard` (in `ready/`) holds the windows `entries` ([S, 3]: episode index, byte
         offset in its staging file, size): journal them, then free them."""
-        _sync_folder(shard.parent)  # the shard's rename is durable before its windows go
+        fsync_dir(shard.parent)  # the shard's rename is durable before its windows go
         by_episode: list[tuple[int, np.ndarray]] = []
         for ep in np.unique(entries[:, 0]).tolist():
             offsets = entries[entries[:, 0] == ep, 1]
@@ -146,11 +147,3 @@ class StagingRelease:
                     return
         finally:
             os.close(fd)
-
-
-def _sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
