@@ -26,6 +26,7 @@ from robowds.reader.dataset_args import checked_batching, resolve_topology, samp
 from robowds.reader.emit import planned_items
 from robowds.reader.format import ShardFormatError
 from robowds.reader.generations import counts_at, cursor_generation, epoch_begun, generations_of
+from robowds.reader.heartbeat import Heartbeat, Pulse
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import shards_of, split_layout, split_stats
 from robowds.reader.members import MemberSet
@@ -116,6 +117,7 @@ class ShardDataset(IterableDataset):
         self._sequence: tuple[tuple, RankPlan] | None = None  # the cached plan, by (epoch, history, rank, world,
         # plan generation)
         self._slots: SlotSpec | None = None  # set by ShardLoader for its workers' pass (reader/batching.py)
+        self._heartbeat: Heartbeat | None = None  # likewise: what each worker reads (reader/heartbeat.py)
 
     def set_batching(self, batch_size: int, drop_last: bool = False,
                      collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None) -> ShardDataset:
@@ -332,9 +334,10 @@ class ShardDataset(IterableDataset):
         raised or skipped in its turn like a bad sample."""
         decoder = make_decoder(self.members, self.keep)
         raw = raw and isinstance(decoder, SampleDecoder)
+        pulse = self._heartbeat.pulse(self.shards) if self._heartbeat is not None else None
         if not source.mapped:
             for shard, start, size, pending in source.read_ahead(ids, lambda i: self._locate(i, source), READ_THREADS):
-                yield self._decode(source, decoder, shard, start, size, pending, raw)
+                yield self._decode(source, decoder, shard, start, size, pending, raw, pulse)
             return
         window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, (path, stop) | error)
         behind = ReleaseBehind(source.release, keep=self.batch_size)
@@ -360,16 +363,19 @@ class ShardDataset(IterableDataset):
                 return
             shard, start, size, pending = window.popleft()
             ahead -= size
-            yield self._decode(source, decoder, shard, start, size, pending, raw)
+            yield self._decode(source, decoder, shard, start, size, pending, raw, pulse)
             if shard is not None:  # its pages leave RSS once it is far enough behind (reader/release.py)
                 behind.consumed(shard.path, start, start + size)
 
     def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,
-                pending: Any, raw: bool = False) -> dict[str, Any] | None:
+                pending: Any, raw: bool = False, pulse: Pulse | None = None) -> dict[str, Any] | None:
+        """One sample; `pulse` (in a ShardLoader's worker) records its start and its decoding."""
         if isinstance(pending, ShardReadError):  # its shard's index could not be had
             if self.on_error == "skip":
                 return None
             raise pending
+        if pulse is not None:
+            pulse.reading(shard, start)
         try:
             buf, offset = pending.result() if isinstance(pending, Future) else source.span(pending[0], start, pending[1])
             where = f"shard {shard.path}"
@@ -382,6 +388,8 @@ class ShardDataset(IterableDataset):
                 return None
             message = str(exc) if str(exc).startswith("shard ") else f"shard {shard.path}: byte {start}: {exc}"
             raise ShardReadError(message) from exc
+        if pulse is not None:
+            pulse.decoded(sample["__key__"])
         if self.transform is not None:
             sample = self.transform(sample, sample_rng(self.seed, self.epoch, sample["__key__"]))
         return sample
