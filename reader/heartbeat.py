@@ -10,7 +10,9 @@ The records: one `RECORD`-byte slot per worker in one `multiprocessing.RawArray`
 process before the workers start and inherited by them (fork) or passed at their start (spawn,
 forkserver: the array travels as a file descriptor). No files, no threads, no locks: a worker writes
 its own slot with one `struct.pack_into` when it starts a sample and one when it has decoded it
-(~0.5 us each); the main process reads a slot only after the worker stopped sending batches, when
+(0.77 us a sample for both, CPU time in a tight loop on the loaded 2-core development VM; within
+`_samples` on 4 KB samples an interleaved A/B measured +2 to +5 us on 24-30 us, where an A/A run of
+the same harness spreads by +-4.5 us: `scripts/bench_read.py` cannot tell the difference); the main process reads a slot only after the worker stopped sending batches, when
 nothing writes it any more (a read racing a write could mix two samples' fields; it cannot crash).
 Times are `time.monotonic()`, one clock for every process of the machine (CLOCK_MONOTONIC). Size:
 RECORD bytes per worker; a shard is recorded by its index in the split (the main process has the same
@@ -31,10 +33,10 @@ from torch.utils.data import get_worker_info
 
 RECORD = 256  # bytes per worker
 KEY_BYTES = 200  # a key's first bytes kept (keys are episode id / window: far shorter)
-# offset 0: pid; 8: samples started, shard, source, byte offset, time, stage; 32: time, stage, key
-_START = struct.Struct("<qqiiqdB")  # at 0: pid, samples, shard, source, offset, time, stage
-_READ = struct.Struct("<qiiqdB")  # at 8: samples, shard, source, offset, time, stage
-_KEY = struct.Struct(f"<dBH{KEY_BYTES}s")  # at 32: time, stage, key length, key
+_START = struct.Struct("<qiiqdB")  # at 0: pid, shard, source, byte offset, time, stage
+_READ = struct.Struct("<iiqdB")  # at 8: shard, source, byte offset, time, stage
+_KEY = struct.Struct(f"<dBH{KEY_BYTES}s")  # at 24: time, stage, key length, key
+_KEY_AT = 24
 STARTED, READING, DECODED = 1, 2, 3  # stages (0: no record: the worker has not started)
 TIMEOUT_PREFIX = "DataLoader timed out after"  # torch's message when its `timeout` expires
 
@@ -51,7 +53,6 @@ class Beat:
     """A worker's record as the main process reads it. `age_s`: seconds since its last progress."""
 
     pid: int
-    samples: int  # samples this worker has started in this pass (of this source, in a Mixture)
     shard: int  # index in the split's shard list (of dataset `source` in a Mixture); -1: none yet
     source: int
     offset: int  # byte offset of the sample in its shard
@@ -61,24 +62,25 @@ class Beat:
 
 
 class Pulse:
-    """The worker side: writes this worker's record as samples start and are decoded."""
+    """The worker side: writes this worker's record as samples start and are decoded. Two calls per
+    sample, each one `pack_into` and one clock read (methods bound once: this runs per sample)."""
 
-    __slots__ = ("raw", "base", "source", "index", "samples")
+    __slots__ = ("raw", "at", "source", "index", "clock", "pack_read", "pack_key")
 
     def __init__(self, raw: Any, worker: int, source: int, shards: Sequence[Any]) -> None:
-        self.raw, self.base, self.source, self.samples = raw, worker * RECORD, source, 0
+        self.raw, self.at, self.source = raw, worker * RECORD, source
         self.index = {s.path: k for k, s in enumerate(shards)}  # O(shards) once per worker and pass (~10 ms at 100k)
+        self.clock, self.pack_read, self.pack_key = time.monotonic, _READ.pack_into, _KEY.pack_into
 
     def reading(self, shard: Any, offset: int) -> None:
         """A sample's read starts: its shard and byte offset."""
-        self.samples += 1
-        _READ.pack_into(self.raw, self.base + 8, self.samples, self.index.get(shard.path, -1), self.source,
-                        offset, time.monotonic(), READING)
+        self.pack_read(self.raw, self.at + 8, self.index.get(shard.path, -1), self.source, offset, self.clock(), READING)
 
     def decoded(self, key: str) -> None:
-        """Its bytes are read and decoded; what follows is the transform and the batch's collation."""
-        data = key.encode("utf-8", "replace")[:KEY_BYTES]
-        _KEY.pack_into(self.raw, self.base + 32, time.monotonic(), DECODED, len(data), data)
+        """Its bytes are read and decoded; what follows is the transform and the batch's collation.
+        (Keys come from tar names decoded as strict UTF-8: encoding them cannot fail.)"""
+        data = key.encode()
+        self.pack_key(self.raw, self.at + _KEY_AT, self.clock(), DECODED, len(data), data)
 
 
 class Heartbeat:
@@ -95,7 +97,7 @@ class Heartbeat:
 
     def started(self, worker: int) -> None:
         """In the worker, first thing (`WorkerStart`): its pid, for the main process to stop it."""
-        _START.pack_into(self.raw, worker * RECORD, os.getpid(), 0, -1, self.source, 0, time.monotonic(), STARTED)
+        _START.pack_into(self.raw, worker * RECORD, os.getpid(), -1, self.source, 0, time.monotonic(), STARTED)
 
     def pulse(self, shards: Sequence[Any]) -> Pulse | None:
         """This worker's writer (None outside a DataLoader worker: nothing to watch in-process)."""
@@ -104,11 +106,11 @@ class Heartbeat:
 
     def read(self, worker: int) -> Beat:
         base = worker * RECORD
-        pid, samples, shard, source, offset, _, stage = _START.unpack_from(self.raw, base)
-        when, stage, size, key = _KEY.unpack_from(self.raw, base + 32)
+        pid, shard, source, offset, _, stage = _START.unpack_from(self.raw, base)
+        when, stage, size, key = _KEY.unpack_from(self.raw, base + _KEY_AT)
         age = time.monotonic() - when if pid else 0.0
         text = key[:size].decode("utf-8", "replace") if stage == DECODED else ""
-        return Beat(pid, samples, shard, source, offset, stage if pid else 0, text, age)
+        return Beat(pid, shard, source, offset, stage if pid else 0, text, age)
 
 
 @dataclass(frozen=True)
@@ -149,12 +151,11 @@ def describe(beat: Beat, dataset: Any) -> str:
     if beat.stage == STARTED:
         return f"{last} started: it has read no sample yet (it is planning its share or opening its first shard)"
     where, prefix = shard_location(dataset, beat.source, beat.shard)
-    nth = f"its sample {beat.samples} of {'source ' + prefix[:-1] + ' in ' if prefix else ''}this pass"
     if beat.stage == READING:
-        return (f"{last} started reading the sample at byte {beat.offset} of shard {where} ({nth}, key not read "
+        return (f"{last} started reading the sample at byte {beat.offset} of shard {where} (its key not read "
                 "yet): that read or its decoding has not finished")
-    return (f"{last} decoded sample {prefix + beat.key!r} (byte {beat.offset} of shard {where}, {nth}): it is in "
-            "its transform or in collating its batch since")
+    return (f"{last} decoded sample {prefix + beat.key!r} (byte {beat.offset} of shard {where}): it is in its "
+            "transform or in collating its batch since")
 
 
 def stop_stalled(heartbeat: Heartbeat, worker: int, timeout: float, dataset: Any) -> WorkerStalled:

@@ -27,16 +27,19 @@ from robowds.reader.heartbeat import Heartbeat, WorkerStart, is_timeout, stop_st
 from robowds.reader.mixture import Mixture
 from robowds.reader.socket_dir import check_socket_dir
 
-# Seconds a batch may take to come from a worker before the pass fails (`WorkerStalled`). It must not
-# fire on a healthy slow read, and a worker's first batch also waits for the worker to start (a spawned
-# worker imports torch: 10-30 s on a busy node). A remote read that is failing gives up by itself, with
-# the shard and byte range in its message, after `RetryPolicy().bound_s()` = 307.5 s (5 attempts of at
-# most 60 s: a throttled S3 GET of a 4 MB coalesced request retried four times, or a first read through
-# the node cache that downloads a whole 256 MB shard in 8 MB ranges over a slow 10 MB/s link, ~26 s);
-# so the bound is well above that, lest a slow read is cut short or a failing one loses its clearer
-# error. And below NCCL's default 600 s collective timeout: the other ranks wait in the all-reduce for
-# the stalled rank's step, and their watchdog's error names no worker. Energon's 60 s watchdog would
-# fire on such first reads. 0 or None: no bound.
+# Seconds a batch may take to come from a worker before the pass fails (`WorkerStalled`). It must
+# never fire on a healthy read, however slow:
+# - a worker's first batch also waits for the worker to start (a spawned worker imports torch: 10-30 s
+#   on a busy node) and to read its first shards' indexes;
+# - a remote read that keeps failing gives up by itself, with the shard and byte range in its message,
+#   after `RetryPolicy().bound_s()` = 307.5 s (5 attempts of at most 60 s each, plus backoff): the
+#   loader's bound is above that, so a throttled read that succeeds on its 5th attempt is not cut
+#   short and one that fails keeps its clearer error;
+# - a first read through the node cache downloads a whole shard (256 MB, the export's default shard
+#   size, at a slow 10 MB/s: ~26 s), and the node's other workers wait for that download.
+# And it must fire before NCCL's default 600 s collective timeout: the other ranks wait in their
+# all-reduce for the stalled rank, and that watchdog's error names no worker. Energon's 60 s watchdog
+# would fire on the slow first reads above. 0 or None: no bound.
 DEFAULT_TIMEOUT_S = 480.0
 
 
@@ -68,7 +71,7 @@ class ShardLoader:
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
-        self.timeout = float(timeout or 0)
+        self.timeout = float(timeout or 0) if timeout != float("inf") else 0.0  # 0: no bound
         if self.num_workers > 0:  # before any worker starts: a long TMPDIR would hang the loader
             check_socket_dir(torch.multiprocessing.get_sharing_strategy())
         self.kwargs = dataloader_kwargs
