@@ -22,7 +22,7 @@ import pytest
 from exports import export_synthetic
 from offsets import shard_offsets
 from robowds.reader import ShardDataset, ShardLoader
-from robowds.reader.heartbeat import WorkerStalled
+from robowds.reader.heartbeat import READING, Heartbeat, Pulse, WorkerStalled, describe
 from robowds.reader.loader import DEFAULT_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,3 +132,21 @@ def test_a_tmpdir_too_long_for_the_workers_sockets_is_one_error(out: Path, tmp_p
     assert last[1] == ("  fix: run with a temporary folder of at most 75 bytes, e.g. `TMPDIR=/tmp python train.py`, "
                        "or read with num_workers=0")
     assert os.listdir(long) == []  # multiprocessing removed its folder at exit
+
+
+def test_the_record_of_a_worker_that_has_not_finished_a_read_or_has_not_started(out: Path) -> None:
+    """The other stages of a worker's record, written and read back through the shared memory: a
+    read that has not returned names the shard and byte offset (the key is not known yet)."""
+    ds = ShardDataset(out, "train", shuffle=False)
+    heartbeat = Heartbeat(2)
+    assert describe(heartbeat.read(1), ds) == ("it has not started (no heartbeat: still starting up, or stuck in "
+                                               "worker_init_fn)")
+    heartbeat.started(1)
+    assert re.fullmatch(r"its last progress was \d+\.\d s ago, when it started: it has read no sample yet \(it is "
+                        r"planning its share or opening its first shard\)", describe(heartbeat.read(1), ds))
+    Pulse(heartbeat.raw, 1, 0, ds.shards).reading(ds.shards[3], 4096)
+    beat = heartbeat.read(1)
+    assert (beat.pid, beat.shard, beat.offset, beat.stage) == (os.getpid(), 3, 4096, READING)
+    assert re.fullmatch(rf"its last progress was \d+\.\d s ago, when it started reading the sample at byte 4096 of "
+                        rf"shard {re.escape(str(out / ds.shards[3].path))} \(its key not read yet\): that read or "
+                        r"its decoding has not finished", describe(beat, ds))
