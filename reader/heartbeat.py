@@ -9,11 +9,13 @@ then): which shard, which byte offset, which key, and when it last made progress
 The records: one `RECORD`-byte slot per worker in one `multiprocessing.RawArray`, made by the main
 process before the workers start and inherited by them (fork) or passed at their start (spawn,
 forkserver: the array travels as a file descriptor). No files, no threads, no locks: a worker writes
-its own slot with one `struct.pack_into` when it starts a sample and one when it has decoded it
-(0.77 us a sample for both, CPU time in a tight loop on the loaded 2-core development VM; within
-`_samples` on 4 KB samples an interleaved A/B measured +2 to +5 us on 24-30 us, where an A/A run of
-the same harness spreads by +-4.5 us: `scripts/bench_read.py` cannot tell the difference); the main process reads a slot only after the worker stopped sending batches, when
-nothing writes it any more (a read racing a write could mix two samples' fields; it cannot crash).
+its own slot with one `struct.pack_into` when it starts a sample and one when it has decoded it.
+Cost, on the loaded 2-core development VM: 0.77 us a sample for both (CPU time, a tight loop); in
+`ShardDataset._samples` over 4 KB samples a paired, interleaved A/B measured a median +3.3 us on
+~23 us (an A/A run of the same harness: +0.0, quartiles -4.2 / +2.9); bigger samples cost more to
+read and the same to record, and `scripts/bench_read.py`'s run-to-run spread is larger. The main
+process reads a slot only after the worker stopped sending batches, when nothing writes it any more
+(a read racing a write could mix two samples' fields; it cannot crash).
 Times are `time.monotonic()`, one clock for every process of the machine (CLOCK_MONOTONIC). Size:
 RECORD bytes per worker; a shard is recorded by its index in the split (the main process has the same
 list), so a record has a fixed size whatever the paths. The worker the main process waits on is the
