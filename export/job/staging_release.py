@@ -29,8 +29,8 @@ the shard plan does). Time: per shard, one numpy pass over each episode it touch
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -44,11 +44,13 @@ RELEASED = "released.bin"  # in the work folder: int32 (episode index, window in
 _PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
 
 
+@functools.cache
 def _fallocate() -> Any:
-    """libc's fallocate(2), or None where there is none (not Linux)."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name, use_errno=True) if name else None
-    fn = getattr(libc, "fallocate", None)
+    """libc's fallocate(2), or None where there is none (not Linux). Looked up once per process in
+    the symbols the interpreter already links (`CDLL(None)`): `ctypes.util.find_library` runs
+    `ldconfig` in a subprocess, ~2 ms a call, which cost more than the export itself when called per
+    punch."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "fallocate", None)
     if fn is not None:
         fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
         fn.restype = ctypes.c_int
