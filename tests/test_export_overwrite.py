@@ -22,7 +22,9 @@ import pytest
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.errors import UserError
 from robowds.export.job import run as export_job
+from robowds.export.output.publish import load_finished_manifest
 from robowds.reader import ShardDataset
 from robowds.reader.manifest import parse_manifest
 
@@ -378,12 +380,19 @@ def test_sigkill_before_each_change_to_out_then_rerun(store: Path, old: Path, re
         if returncode == 0:
             assert tree_bytes(out) == reference | user
             return False
+        if not (out / "manifest.json").exists() and (out / ".robowds-work" / "publish.json").exists():
+            # killed inside the publish, between the old manifest and the new: verify says so, and how to finish
+            with pytest.raises(UserError, match="was stopped while it published its files") as stopped:
+                load_finished_manifest(out)
+            assert stopped.value.hint.startswith("run the same `robowds export` command again")
+            midway.append(budget)
         assert returncode == -signal.SIGKILL, f"exit code {returncode}"
         assert export(store, out, *NEW, "--overwrite") == 0
         assert tree_bytes(out) == reference | user, f"killed before change {budget + 1}"
         shutil.rmtree(out)
         return True
 
+    midway: list[int] = []  # the kills that left no manifest: inside the publish
     budget, tried = 0, 0
     while killed_before(budget):  # stride 1, then 3, until a run completes
         tried, budget = budget, budget + (1 if budget < 6 else 4)
@@ -392,3 +401,4 @@ def test_sigkill_before_each_change_to_out_then_rerun(store: Path, old: Path, re
             budget = skipped  # the run has `skipped` changes
             break
     assert budget >= 12, f"only {budget} changes to OUT: the test no longer covers a full publish"
+    assert midway, "no kill landed between the old manifest's removal and the new one's rename"

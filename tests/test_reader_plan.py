@@ -158,7 +158,7 @@ history_st = st.lists(st.tuples(st.integers(1, 9), st.integers(0, 40)), max_size
 
 @given(counts_st, st.integers(0, 2**32 - 1), st.integers(0, 3), st.integers(1, 40), st.sampled_from(["pad", "drop"]),
        history_st, st.integers(1, 9))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_rank_sequences_equal_the_materialised_reference(counts: list[int], seed: int, epoch: int, block: int,
                                                          policy: str, history: list[tuple[int, int]],
                                                          world: int) -> None:

@@ -202,8 +202,8 @@ def test_rank_error_on_realistic_signals_is_below_half_a_percent() -> None:
 # --------------------------------------------------------------------------------------------- scale
 
 def test_episode_states_fold_in_memory_that_does_not_grow_with_their_number() -> None:
-    """40,000 staged per-episode states (500 distinct synthetic episodes of 120 steps x 4 signals,
-    each used 80 times) fold in the same memory as 10,000: the old sketch kept 512 points per episode
+    """20,000 staged per-episode states (500 distinct synthetic episodes of 120 steps x 4 signals,
+    each used 40 times) fold in the same memory as 5,000: the old sketch kept 512 points per episode
     and dimension (40k x 4 x 120 x 16 bytes = 307 MB before its final sort; 768 MB at 100k). The
     concatenated data is the 500 episodes each repeated, so its exact quantile ranks are those of the
     500. (Two sizes under tracemalloc instead of one run of 100k: tracemalloc triples the fold's time,
@@ -223,16 +223,16 @@ def test_episode_states_fold_in_memory_that_does_not_grow_with_their_number() ->
         tracemalloc.stop()
         return merged, peak
 
-    _, small_peak = fold(10_000)
+    _, small_peak = fold(5_000)
     began = time.perf_counter()
-    merged, peak = fold(40_000)
+    merged, peak = fold(20_000)
     summary = merged.summary()
     elapsed = time.perf_counter() - began
     whole = np.sort(np.concatenate(parts), axis=0)
     errors = [rank_error(whole[:, d], summary[name][d], q) for name, q in QUANTILES.items() for d in range(4)]
-    print(f"40k episodes: {elapsed:.1f} s, peak {peak / 2**20:.1f} MiB (10k: {small_peak / 2**20:.1f} MiB), "
+    print(f"20k episodes: {elapsed:.1f} s, peak {peak / 2**20:.1f} MiB (5k: {small_peak / 2**20:.1f} MiB), "
           f"{len(merged.keys)} buckets, worst rank error {max(errors):.5%}")
-    assert summary["count"] == 40_000 * 120
+    assert summary["count"] == 20_000 * 120
     assert summary["min"] == whole[0].tolist() and summary["max"] == whole[-1].tolist()
     scale = np.abs(whole).max(axis=0)  # each episode's float64 mean is rounded to ~1e-16 of this
     np.testing.assert_allclose(summary["mean"], whole.mean(axis=0), rtol=1e-13, atol=1e-14 * scale.max())

@@ -50,13 +50,13 @@ from robowds.export.job.staging_release import StagingRelease
 from robowds.export.output.energon import FILES as ENERGON_FILES
 from robowds.export.output.energon import NV_META, energon_files
 from robowds.export.output.out_lock import LOCK_NAME
-from robowds.export.output.publish import READY, nv_meta_warnings, owned_files, shard_indexes, wids_index
+from robowds.export.output.publish import READY, WORK_DIR, nv_meta_warnings, owned_files, shard_indexes, wids_index
 from robowds.export.output.remote_out import RemoteOut
 from robowds.export.progress import progress_bar
 from robowds.reader.manifest import (INDEX_SUFFIX, MANIFEST_NAME, ManifestError, dump_manifest, parse_manifest,
                                      safe_relative)
 
-WORK = ".robowds-work"
+WORK = WORK_DIR
 JOB = f"{WORK}/job.json"
 UPLOADED = f"{WORK}/uploaded"
 STAGED = f"{WORK}/{READY}"

@@ -48,7 +48,7 @@ from robowds.export.job.staging_release import StagingRelease, released_windows
 from robowds.export.output.fsio import fsync_write
 from robowds.export.output.oserrors import os_error, work_note
 from robowds.export.output.out_lock import LOCK_NAME, OutLock
-from robowds.export.output.publish import JOB_FILE, READY, finish_publish, publish, read_manifest, remove_work
+from robowds.export.output.publish import JOB_FILE, READY, WORK_DIR, finish_publish, publish, read_manifest, remove_work
 from robowds.export.output.remote_lock import RemoteLock
 from robowds.export.output.remote_out import RemoteOut, is_url
 from robowds.export.progress import progress_bar
@@ -58,7 +58,6 @@ from robowds.export.store.fingerprint import fingerprint
 from robowds.export.store.location import StoreLocation, store_location
 from robowds.export.store.row_stream import drop_row_groups, read_order
 
-WORK_DIR = ".robowds-work"
 EPISODES_PER_TASK = 8
 
 

@@ -40,6 +40,7 @@ from robowds.reader.manifest import (MANIFEST_NAME, ManifestError, dump_manifest
 if TYPE_CHECKING:
     from robowds.export.store.location import StoreLocation
 
+WORK_DIR = ".robowds-work"  # in OUT (and under an output URL): a job's work folder
 READY = "ready"  # in the work folder: the new export's files, at their paths relative to OUT
 JOURNAL = "publish.json"  # in the work folder: {"place": [path, ...], "remove": [path, ...]}
 JOB_FILE = "job.json"  # in the work folder: {"job_id"}; its staging is valid only while this file exists
@@ -69,6 +70,10 @@ def load_finished_manifest(out: "Path | str | StoreLocation") -> dict[str, Any]:
     path = location.join(MANIFEST_NAME)
     try:
         if not location.is_file(MANIFEST_NAME):
+            if location.is_file(f"{WORK_DIR}/{JOURNAL}"):  # killed between the old manifest and the new one
+                raise UserError(f"{out} has no {MANIFEST_NAME}: the export or append into it was stopped while it "
+                                f"published its files (its journal {WORK_DIR}/{JOURNAL} is there); nothing is lost",
+                                hint="run the same `robowds export` command again: it finishes the publish first")
             raise UserError(f"{out} has no {MANIFEST_NAME}", hint="pass the output folder of a finished export")
         data = location.read_bytes(MANIFEST_NAME)
     except RemoteStoreError as exc:
