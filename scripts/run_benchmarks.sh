@@ -40,7 +40,7 @@ run bench_plan $PY scripts/bench_plan.py
 run bench_mixture $PY scripts/bench_mixture.py --repeats 3
 run bench_fields $PY scripts/bench_fields.py --episodes 8
 run bench_transforms $PY scripts/bench_transforms.py
-run bench_verify $PY scripts/bench_verify.py
+run bench_verify $PY scripts/bench_verify.py --episodes 150
 run bench_disk_peak $PY scripts/bench_disk_peak.py --episodes 150
 run bench_layout $PY scripts/bench_layout.py
 run bench_convert $PY scripts/bench_convert.py --repeats 3
