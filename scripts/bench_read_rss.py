@@ -75,6 +75,25 @@ def read_row(out: str, row: str) -> dict[str, float]:
             "peak_file_growth": peak_file}
 
 
+def export_zero_copy(folder: Path, episodes: int) -> Path:
+    """A synthetic store of `episodes` exported under `folder` (its `out`) with ~500 KB samples stored
+    as is (a 100 s IMU window at 200 Hz, read as zero-copy views, as raw camera frames are), anchors
+    every frame, 64 samples a shard: ~45 MB per episode. Also used by soak_reader.py."""
+    from robowds.export.cli.main import main as robowds_main
+    from robowds.export.cli.synth import write_synthetic_store
+
+    store, out = folder / "store", folder / "out"
+    write_synthetic_store(store, episodes=episodes, seed=0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = robowds_main(["export", str(store), str(out), "--quiet", "--workers", "2",
+                             "--set", "exclude=[overview]", "--set", "streams.imu.rate_hz=200",
+                             "--set", "streams.imu.duration_s=100", "--set", "stride=1",
+                             "--set", "shard.max_samples=64"])
+    if code != 0:
+        raise SystemExit(f"export failed with exit code {code}")
+    return out
+
+
 def main() -> None:
     described = benchlib.parser(__doc__, repeats=1, quick={"episodes": 3})
     described.add_argument("--episodes", type=int, default=28, help="synthetic episodes (28: ~1.3 GB)")
@@ -83,20 +102,9 @@ def main() -> None:
     if args.read:
         print(json.dumps(read_row(*args.read)))
         return
-    from robowds.export.cli.main import main as robowds_main
-    from robowds.export.cli.synth import write_synthetic_store
-
     report = benchlib.Report("bench_read_rss", args)
     with tempfile.TemporaryDirectory(prefix="bench_read_rss_") as tmp:
-        store, out = Path(tmp) / "store", Path(tmp) / "out"
-        write_synthetic_store(store, episodes=args.episodes, seed=0)
-        with contextlib.redirect_stdout(io.StringIO()):
-            code = robowds_main(["export", str(store), str(out), "--quiet", "--workers", "2",
-                                 "--set", "exclude=[overview]", "--set", "streams.imu.rate_hz=200",
-                                 "--set", "streams.imu.duration_s=100", "--set", "stride=1",
-                                 "--set", "shard.max_samples=64"])
-        if code != 0:
-            raise SystemExit(f"export failed with exit code {code}")
+        out = export_zero_copy(Path(tmp), args.episodes)
         shards = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"]
         size = sum(s["bytes"] for s in shards)
         print(f"export: {sum(s['samples'] for s in shards)} samples in {len(shards)} shards, {size / MB:.0f} MB")

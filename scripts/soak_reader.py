@@ -18,7 +18,6 @@ uninterrupted sequence of the epoch's keys (same seed, so the same plan).
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import benchlib
+from bench_read_rss import export_zero_copy
 
 MB = 1e6
 
@@ -92,20 +92,10 @@ def main() -> None:
     described.add_argument("--workers", type=int, default=2)
     args = benchlib.parse(described)
     report = benchlib.Report("soak_reader", args)
-    from robowds.export.cli.main import main as robowds_main
-    from robowds.export.cli.synth import write_synthetic_store
     from robowds.reader import ShardDataset, ShardLoader
 
     with tempfile.TemporaryDirectory(prefix="soak_reader_") as tmp:
-        store, out = Path(tmp) / "store", Path(tmp) / "out"
-        write_synthetic_store(store, episodes=args.episodes, seed=0)
-        with contextlib.redirect_stdout(io.StringIO()):
-            code = robowds_main(["export", str(store), str(out), "--quiet", "--workers", "2",
-                                 "--set", "exclude=[overview]", "--set", "streams.imu.rate_hz=200",
-                                 "--set", "streams.imu.duration_s=100", "--set", "stride=1",
-                                 "--set", "shard.max_samples=64"])
-        if code != 0:
-            raise SystemExit(f"export failed with exit code {code}")
+        out = export_zero_copy(Path(tmp), args.episodes)  # bench_read_rss's export
         size = sum(p.stat().st_size for p in out.rglob("*.tar"))
         print(f"export: {size / MB:.0f} MB; {args.minutes} minutes, a rebuild every {args.resume_every} minutes")
 
@@ -122,6 +112,7 @@ def main() -> None:
 
         def expected(epoch: int) -> list[list[str]]:
             if epoch not in reference:
+                reference.clear()  # one epoch's keys at a time: the soak itself must not grow
                 plain = ShardLoader(ShardDataset(out, "train", seed=0, fields=[]), batch_size=16)
                 plain.set_epoch(epoch)
                 reference[epoch] = [list(b["__key__"]) for b in plain]

@@ -9,6 +9,7 @@ OLD, an export OUT was appended from, and loads that cursor on OUT: `head` is wh
 the rest of the epoch, `next` the following epoch.
 
 usage: torchrun --nproc_per_node=2 tests/ddp_worker.py OUT OUTDIR --policy pad --batch-size 8 --workers 2
+       [--also '[{"out": ..., "outdir": ..., "policy": "drop", "workers": 0}, ...]']   (more reads, one launch)
 """
 
 from __future__ import annotations
@@ -37,9 +38,20 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--resume-from", help="an export OUT was appended from: resume its cursor on OUT")
     p.add_argument("--take", type=int, default=1, help="batches of --resume-from read before its cursor is saved")
+    p.add_argument("--also", default="[]", help="JSON list of more reads in this launch, each a dict of these "
+                                                 "options (out, outdir, policy, batch_size, workers, seed)")
     args = p.parse_args()
-
+    # one launch for several reads: a torchrun start (two interpreters importing torch) costs more than a read
+    jobs = [args, *(argparse.Namespace(**{**vars(args), "resume_from": None, **extra, "outdir": Path(extra["outdir"])})
+                    for extra in json.loads(args.also))]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    for job in jobs:
+        read_epoch(job)
+    dist.destroy_process_group()
+
+
+def read_epoch(args: argparse.Namespace) -> None:
+    """One epoch of `args.out` on this rank, recorded in `args.outdir/rank<r>.json`."""
     rank, world = dist.get_rank(), dist.get_world_size()
     loader = ShardLoader(ShardDataset(args.out, args.split, seed=args.seed, policy=args.policy),
                          batch_size=args.batch_size, num_workers=args.workers)
@@ -70,7 +82,6 @@ def main() -> None:
     args.outdir.mkdir(parents=True, exist_ok=True)
     (args.outdir / f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

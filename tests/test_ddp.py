@@ -128,9 +128,26 @@ def exports(store: Path) -> dict[int, Path]:
     raise AssertionError("no stride in 3..11 gave both an even and an odd train split")
 
 
-def run_reader(out: Path, results: Path, policy: str, batch_size: int, workers: int, seed: int) -> list[dict]:
-    torchrun(WORKER, str(out), str(results), "--policy", policy, "--batch-size", str(batch_size),
-             "--workers", str(workers), "--seed", str(seed))
+# (export parity, policy, DataLoader workers) of the three policy tests below: read in one torchrun launch
+POLICY_READS = {"drop_even": (0, "drop", 2), "pad_odd": (1, "pad", 3), "drop_odd": (1, "drop", 0)}
+
+
+@pytest.fixture(scope="module")
+def policy_reads(exports: dict[int, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    """Each of POLICY_READS read by 2 ranks (batch size 8, seed 7), checked by `check_ranks`: one torchrun
+    launch for the three (ddp_worker.py --also), whose start costs more than the reads."""
+    root = tmp_path_factory.mktemp("policy_reads")
+    jobs = [{"out": str(exports[parity]), "outdir": str(root / name), "policy": policy, "workers": workers,
+             "batch_size": 8, "seed": 7} for name, (parity, policy, workers) in POLICY_READS.items()]
+    first = jobs[0]
+    torchrun(WORKER, first["out"], first["outdir"], "--policy", first["policy"], "--batch-size", "8",
+             "--workers", str(first["workers"]), "--seed", "7", "--also", json.dumps(jobs[1:]))
+    return {name: check_ranks(Path(job["out"]), Path(job["outdir"]), job["policy"], 8, 7)
+            for name, job in zip(POLICY_READS, jobs)}
+
+
+def check_ranks(out: Path, results: Path, policy: str, batch_size: int, seed: int) -> list[dict]:
+    """The two ranks' records of one read: each rank got the plan's order and the same batch count."""
     ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(2)]
     keys = split_keys(out)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -145,18 +162,19 @@ def run_reader(out: Path, results: Path, policy: str, batch_size: int, workers: 
     return ranks
 
 
-def test_drop_even_count_reads_every_key_once(exports: dict[int, Path], tmp_path: Path) -> None:
+def test_drop_even_count_reads_every_key_once(exports: dict[int, Path], policy_reads: dict[str, list[dict]]) -> None:
     out = exports[0]
-    ranks = run_reader(out, tmp_path, "drop", batch_size=8, workers=2, seed=7)
+    ranks = policy_reads["drop_even"]
     seen = ranks[0]["keys"] + ranks[1]["keys"]
     assert len(seen) == len(set(seen))
     assert sorted(seen) == sorted(split_keys(out))
 
 
-def test_pad_odd_count_repeats_exactly_the_first_key(exports: dict[int, Path], tmp_path: Path) -> None:
+def test_pad_odd_count_repeats_exactly_the_first_key(exports: dict[int, Path],
+                                                     policy_reads: dict[str, list[dict]]) -> None:
     out = exports[1]
     keys = split_keys(out)
-    ranks = run_reader(out, tmp_path, "pad", batch_size=8, workers=3, seed=7)
+    ranks = policy_reads["pad_odd"]
     counts = collections.Counter(ranks[0]["keys"] + ranks[1]["keys"])
     assert set(counts) == set(keys)
     repeated = [k for k, c in counts.items() if c > 1]
@@ -165,10 +183,11 @@ def test_pad_odd_count_repeats_exactly_the_first_key(exports: dict[int, Path], t
     assert repeated[0] == ranks[0]["keys"][0] == ranks[1]["keys"][-1]
 
 
-def test_drop_odd_count_skips_exactly_the_last_key(exports: dict[int, Path], tmp_path: Path) -> None:
+def test_drop_odd_count_skips_exactly_the_last_key(exports: dict[int, Path],
+                                                   policy_reads: dict[str, list[dict]]) -> None:
     out = exports[1]
     keys = split_keys(out)
-    ranks = run_reader(out, tmp_path, "drop", batch_size=8, workers=0, seed=7)
+    ranks = policy_reads["drop_odd"]
     seen = ranks[0]["keys"] + ranks[1]["keys"]
     assert len(seen) == len(set(seen)) == len(keys) - 1
     missing = set(keys) - set(seen)
