@@ -44,7 +44,7 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 def progress_bar(iterable: Iterable[Any] | None = None, *, total: int | None = None, desc: str, unit: str,
-             disable: bool = False, file: TextIO | None = None) -> tqdm:
+                 disable: bool = False, file: TextIO | None = None) -> tqdm:
     """A tqdm bar on `file` (stderr by default, looked up at the call so a redirected stderr counts):
     tqdm's own on a terminal, plain lines every `LOG_INTERVAL_S` seconds elsewhere."""
     stream = sys.stderr if file is None else file

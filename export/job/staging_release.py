@@ -80,12 +80,20 @@ def released_windows(work: Path) -> dict[int, bytes]:
         return {}
     pairs = np.frombuffer(raw[: len(raw) // 8 * 8], dtype="<i4").reshape(-1, 2)  # [R, 2]
     out: dict[int, bytes] = {}
-    for ep in np.unique(pairs[:, 0]).tolist():
-        windows = pairs[pairs[:, 0] == ep, 1]
+    for ep, windows in by_episode(pairs[:, 0], pairs[:, 1]):
         bits = np.zeros(int(windows.max()) + 1, dtype=bool)
         bits[windows] = True
-        out[int(ep)] = np.packbits(bits).tobytes()
+        out[ep] = np.packbits(bits).tobytes()
     return out
+
+
+def by_episode(episodes: np.ndarray, values: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """`values` grouped by `episodes` ([N] each), episodes ascending, each group in its given order:
+    one stable sort, O(N log N) (a mask per episode was O(N x episodes): 600k journal pairs of 20k
+    episodes, 1.2e10 comparisons on resume)."""
+    order = np.argsort(episodes, kind="stable")  # [N]
+    keys, first = np.unique(episodes[order], return_index=True)
+    return list(zip(keys.tolist(), np.split(values[order], first[1:])))
 
 
 class StagingRelease:
@@ -108,17 +116,16 @@ class StagingRelease:
         """The shard `shard` (in `ready/`) holds the windows `entries` ([S, 3]: episode index, byte
         offset in its staging file, size): journal them, then free them."""
         fsync_dir(shard.parent)  # the shard's rename is durable before its windows go
-        by_episode: list[tuple[int, np.ndarray]] = []
-        for ep in np.unique(entries[:, 0]).tolist():
-            offsets = entries[entries[:, 0] == ep, 1]
-            by_episode.append((ep, np.searchsorted(self._starts[ep], offsets)))  # window indices
-        pairs = np.concatenate([np.stack([np.full(len(w), ep), w], axis=1) for ep, w in by_episode]) \
-            if by_episode else np.zeros((0, 2), np.int64)
+        # window indices per episode (a shard of S samples touches up to S episodes: one sort, not a mask each)
+        taken = [(ep, np.searchsorted(self._starts[ep], offsets)) for ep, offsets in by_episode(entries[:, 0],
+                                                                                                entries[:, 1])]
+        pairs = np.concatenate([np.stack([np.full(len(w), ep), w], axis=1) for ep, w in taken]) \
+            if taken else np.zeros((0, 2), np.int64)
         with open(self.work / RELEASED, "ab") as fh:
             fh.write(pairs.astype("<i4").tobytes())
             fh.flush()
             os.fsync(fh.fileno())
-        for ep, windows in by_episode:
+        for ep, windows in taken:
             self._release(ep, windows)
 
     def _release(self, ep: int, windows: np.ndarray) -> None:
