@@ -123,8 +123,10 @@ def test_permanent_fault_names_shard_range_and_url_and_is_skipped(
 
     # skipped (in DataLoader workers): the epoch without exactly that shard's samples, in the same order
     skipping = ShardLoader(ShardDataset(URL, "train", seed=4, on_error="skip",
+                                        # a 20 s request timeout: the broken shard fails at once (503s), and a
+                                        # healthy read on a loaded CI machine must not pass 1 s and be skipped too
                                         remote=Remote(storage_options=options,
-                                                      retry=RetryPolicy(attempts=3, backoff_s=0.0, timeout_s=1.0))),
+                                                      retry=RetryPolicy(attempts=3, backoff_s=0.0, timeout_s=20.0))),
                            batch_size=3, num_workers=2)
     got = [canonical(b) for b in skipping]
     keys = [k for b in got for k in dict(b)["__key__"]]
