@@ -69,8 +69,10 @@ class ForkRunner:
         ready = self.proc.stdout.readline()  # type: ignore[union-attr]
         assert ready.strip() == '{"ready": true}', f"the fork server did not start: {ready!r}"
 
-    def run(self, script: Path, cwd: Path) -> tuple[int, str, str]:
-        out, err = cwd / ".stdout", cwd / ".stderr"
+    def run(self, script: Path, cwd: Path, logs: Path | None = None) -> tuple[int, str, str]:
+        """`logs`: the folder for the script's stdout and stderr files (default `cwd`; another one when
+        `cwd` is the repository, which must not get stray files)."""
+        out, err = (logs or cwd) / ".stdout", (logs or cwd) / ".stderr"
         job: dict[str, Any] = {"script": str(script.resolve()), "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
         self.proc.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
