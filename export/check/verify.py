@@ -256,7 +256,10 @@ def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: Ver
     """The side files the manifest lists under `files` (`job/side_files.py`): present, with the listed
     size and sha256 (like shards), and readable; the episodes table lists every episode the manifest's
     splits hold, each in its split; the statistics state gives the manifest's `stats` (what an append
-    merges new episodes into). Cost: one read of each and a summary per split and field."""
+    merges new episodes into); the episode facts agree with the manifest (`check/facts.py`). Cost: one
+    read of each and a summary per split and field."""
+    from robowds.export.check.facts import check_facts
+    from robowds.export.job.episode_facts import FACTS
     from robowds.export.job.side_files import EPISODES, STATS_STATE, decode_episodes, read_stats_state
 
     for name, entry in sorted(manifest.get("files", {}).items()):
@@ -286,6 +289,8 @@ def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: Ver
                 if wrong:
                     result.failures.append(f"{where}: does not list {len(wrong)} exported episode(s) in their "
                                            f"split, e.g. {wrong[0]!r}")
+            elif name == FACTS:
+                check_facts(data, manifest, where, result)
         except (ValueError, KeyError, TypeError) as exc:
             result.failures.append(str(exc) if str(exc).startswith(where) else f"{where}: {exc}")
 

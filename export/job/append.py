@@ -9,6 +9,10 @@ nothing moves or copies them) and removes nothing. OUT is a folder or an output 
 the full export's lock, work folder, uploads and publish for each). A kill before the journal leaves
 the old export; after it, the next run into OUT finishes the publish.
 
+Side files: `episodes.msgpack`, `stats-state.msgpack` and (when the old export has it)
+`episode-facts.msgpack` are rewritten, each byte for byte what a full export of the grown store
+writes; an old export without the facts file appends without one (`_appended_facts`).
+
 What proves the append right (refused otherwise, nothing written): OUT holds a robowds export of
 plan version 2 with its side files (`side_files.py`); the store's `store.yaml` digest is the one the
 export recorded; every episode it exported is still in the store with the same fingerprint and split
@@ -40,6 +44,8 @@ from robowds.export.executors.executor import LOCAL, ExecutorChoice
 from robowds.export.job.append_config import FULL_EXPORT, check_given, out_config
 from robowds.export.job.append_manifest import merged_manifest
 from robowds.export.job.append_out import AppendOut, append_out
+from robowds.export.job.episode_facts import FACTS, EpisodeFacts, decode_facts, fact_fields, merged_facts
+from robowds.export.job.episode_facts_gather import facts_of
 from robowds.export.job.key_index import key_index_files, old_key_hashes
 from robowds.export.job.remote_job import reduce_shards
 from robowds.export.job.report import SplitStats, report_warnings
@@ -109,7 +115,7 @@ def _old_export(target: AppendOut) -> tuple[dict[str, Any], dict[str, bytes]]:
     if what is not None:
         raise UserError(f"cannot append: {what}", hint=FULL_EXPORT)
     side = {}
-    for name in (EPISODES, STATS_STATE):
+    for name in (EPISODES, STATS_STATE, *([FACTS] if FACTS in doc["files"] else [])):  # facts: none before them
         entry = doc["files"][name]
         data, path = target.read(entry["path"]) or b"", target.where(entry["path"])
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
@@ -117,6 +123,25 @@ def _old_export(target: AppendOut) -> tuple[dict[str, Any], dict[str, bytes]]:
                             f"differs)", hint=FULL_EXPORT)
         side[entry["path"]] = data
     return doc, side
+
+
+def _appended_facts(doc: dict[str, Any], side: dict[str, bytes], keep: set[str], records: list[dict[str, Any]],
+                    fields: list[str]) -> EpisodeFacts | None:
+    """The appended export's episode facts: the old file's rows of the episodes it keeps (`keep`: the
+    episodes table's) and the new episodes' rows, as a full export of the grown store writes them.
+    None when the old export has no facts file (made before it): its old episodes' facts are unknown
+    without reading them again, so the appended export has none either (a full export writes it)."""
+    if FACTS not in doc["files"]:
+        return None
+    path = doc["files"][FACTS]["path"]
+    try:
+        old = decode_facts(side[path], str(doc["files"][FACTS]["path"]))
+    except ValueError as exc:
+        raise UserError(f"cannot append: {exc}", hint=FULL_EXPORT) from exc
+    if old.fields != fields:  # the same config and store.yaml give the same fields: a file edited by hand
+        raise UserError(f"cannot append: {path} has facts of the fields {old.fields}, the export's are {fields}",
+                        hint=FULL_EXPORT)
+    return merged_facts(old, keep - {r["episode_id"] for r in records}, facts_of(records, fields))
 
 
 def _refuse_changes(store: StoreLocation, job: Any, old: dict[str, Any], declarations: str | None,
@@ -202,7 +227,8 @@ def _append_locked(store: StoreLocation, target: AppendOut, given: dict[str, Any
     manifest = merged_manifest(doc, job=job, resolved=resolved, records=records, shards=new_shards,
                                source=source, job_id=job_id, split_stats=split_stats, parts=parts)
     entries = [e for e in old.values() if e.exported or e.episode_id not in added] + episode_entries(records)
-    side_data, manifest["files"] = side_files_of(entries, split_stats.result(), declarations, parts)
+    facts = _appended_facts(doc, side, {e.episode_id for e in entries}, records, fact_fields(job))
+    side_data, manifest["files"] = side_files_of(entries, split_stats.result(), declarations, parts, facts)
     # the grown splits' key indexes (job/key_index.py): the old index's hashes, then the new shards'
     keys, listed = key_index_files(work, manifest, {t.path: t.entries for t in shard_tasks},
                                    old_key_hashes(target.read, doc))

@@ -177,13 +177,17 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
     # the grid's last point, when counted within the clocks' resolution after `end` (a camera-only
     # extent in ms pts), is still inside the episode for frame selection
     camera_end = max(end, start + (frame_count - 1) / spec.fps)
+    max_gaps = {n: max_gap(spec, n, s) for n, s in streams.items()}  # s; longer intervals are gaps
     report = windows_out.report
     report.update(episode_id=data.episode_id, duration_s=end - start, candidates=int(len(anchors)),
                   emitted=0, dropped_min_valid=0,
                   repairs={n: s.repairs.as_dict() for n, s in streams.items() if s.repairs.total()},
                   masked_steps={n: 0 for n in [*streams, *missing, *cameras]},
                   steps={n: 0 for n in [*streams, *missing, *cameras]},
-                  float32_loss=_float32_losses(streams, spec), missing_streams=missing)
+                  float32_loss=_float32_losses(streams, spec), missing_streams=missing,
+                  # per field its source rate and how many source intervals the resampler masks as gaps
+                  rate_hz={n: 1.0 / s.median_period for n, s in streams.items()},
+                  gaps={n: int(np.count_nonzero(np.diff(s.times) > max_gaps[n])) for n, s in streams.items()})
     partial: dict[str, list[FieldStats | None]] = {n: [] for n in [*streams, *(r.key for r in spec.relative)]}
     for name, camera in cameras.items():
         declared = data.videos[name].get("fps")
@@ -209,9 +213,8 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
                 raise _video_error(data, name, exc) from exc
         for name, stream in streams.items():
             window = spec.windows[name]
-            max_gap = window.max_gap_s if window.max_gap_s is not None else spec.max_gap_factor * stream.median_period
             q = query_times(0.0, spec.fps, chunk, window)  # [W, n] relative to start
-            flat, valid = resample(stream, q.ravel(), window.interpolation, max_gap, extent)
+            flat, valid = resample(stream, q.ravel(), window.interpolation, max_gaps[name], extent)
             values[name] = flat.reshape(q.shape + (flat.shape[1],))  # [W, n, N]
             masks[name] = valid.reshape(q.shape)  # [W, n]
         for name in missing:
@@ -284,6 +287,13 @@ def build_episode(data: EpisodeData, spec: BuildSpec, key_prefix: str, meta: dic
         video["psnr_db"] = _psnr_db(squared, count)
     windows_out.stats = {n: merge_all(parts) for n, parts in partial.items()}
     windows_out.stats.update({n: None for n in missing})  # nothing recorded: nothing to normalise by
+
+
+def max_gap(spec: BuildSpec, name: str, stream: Stream) -> float:
+    """The longest interval (s) between two samples of `name` that the resampler interpolates across:
+    `streams.<name>.max_gap_s`, else `max_gap_factor` x the stream's median period."""
+    window = spec.windows[name]
+    return window.max_gap_s if window.max_gap_s is not None else spec.max_gap_factor * stream.median_period
 
 
 def _float32_losses(streams: dict[str, Stream], spec: BuildSpec) -> dict[str, dict[str, float | int]]:

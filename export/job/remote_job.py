@@ -16,7 +16,8 @@ then deleted locally. What lives under the URL:
   need them) but neither writes nor uploads those shards again;
 - `.robowds-work/ready/<path>`: a shard (or index) whose final key the export being replaced
   still lists: uploading it there keeps the old export intact and readable until publish;
-- `.robowds-work/ready/<side file>` (`episodes.msgpack`, `stats-state.msgpack`: `job/side_files.py`):
+- `.robowds-work/ready/<side file>` (`episodes.msgpack`, `stats-state.msgpack`, `episode-facts.msgpack`:
+  `job/side_files.py`):
   always staged, and copied to its key by publish like a staged shard;
 - `.robowds-work/ready/manifest.json` and `.robowds-work/publish.json`: publish's plan. The journal
   is the commit point: once it exists, any later `export` into the URL finishes that publish first.

@@ -15,8 +15,8 @@ store's fingerprint again (`check_store_unchanged`): a store changed while it wa
 What the work folder holds tells which phase a run reached (the SIGKILL test in
 tests/test_export_e2e.py reads it so): `job.json` from the start; map: `ep-N.bin` / `ep-N.rec` per
 staged episode; reduce: `shards/*.json` records, `tmp/` temp shards, `ready/<split>/shard-N.tar`;
-publish: `ready/<split>.wids.json`, the side files (`ready/episodes.msgpack`, `ready/stats-state.msgpack`:
-`job/side_files.py`), `ready/.nv-meta/*` (Energon's metadata) and `ready/manifest.json`, then the
+publish: `ready/<split>.wids.json`, the side files (`ready/episodes.msgpack`, `ready/stats-state.msgpack`,
+`ready/episode-facts.msgpack`: `job/side_files.py`), `ready/.nv-meta/*` (Energon's metadata) and `ready/manifest.json`, then the
 journal `publish.json`.
 """
 
@@ -41,6 +41,7 @@ from robowds.export.job.remote_job import (RemoteState, abandon_remote, default_
                                            prepare_remote, publish_remote, reduce_shards)
 from robowds.export.job.report import SplitStats, build_manifest, other_export, report_warnings
 from robowds.export.job.shards import plan_shards
+from robowds.export.job.episode_facts import fact_fields
 from robowds.export.job.side_files import side_files
 from robowds.export.job.spec import JobSpec, resolve
 from robowds.export.job.stage import load_record, stage_episodes
@@ -316,7 +317,8 @@ def _run(job: JobSpec, resolved: dict[str, Any], config: dict[str, Any], source:
     manifest = build_manifest(schema=schema, job=job, resolved=resolved, records=records,
                               shards=[shard_records[t.path] for t in tasks], source=source, job_id=job_id,
                               split_stats=split_stats)
-    side, manifest["files"] = side_files(records, split_stats.result(), declarations)  # for append and verify
+    # for append, verify and the report (episode-facts.msgpack)
+    side, manifest["files"] = side_files(records, split_stats.result(), declarations, fact_fields(job))
     # each split's key index, for ShardIndex.by_key (job/key_index.py)
     keys, listed = key_index_files(work, manifest, {t.path: t.entries for t in tasks})
     side, manifest["files"] = {**side, **keys}, {**manifest["files"], **listed}

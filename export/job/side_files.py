@@ -1,8 +1,8 @@
 """The export's side files: what `export --append` needs of an export besides its shards.
 
 Why not in `manifest.json`: every rank and DataLoader worker parses the manifest; 20k episodes x ~80
-bytes of identity would add MBs to each. These files are read only by append and `verify` (which
-hashes them like shards), never by the reader. Both are msgpack (no pickle), written into the work
+bytes of identity would add MBs to each. These files are read only by append, `verify` (which
+hashes them like shards) and `robowds report`, never by the reader. All are msgpack (no pickle), written into the work
 folder's `ready/` with the wids indexes and published by the same journaled rename (or, to an output
 URL, staged under `.robowds-work/ready/` and copied into place before the manifest); the manifest
 lists each under `files.<name>` with its `path`, `bytes` and `sha256`.
@@ -21,6 +21,12 @@ lists each under `files.<name>` with its `path`, `bytes` and `sha256`.
   field, per camera bytes, frames, span steps and the exact PSNR sum, the exact summed duration),
   bounded by the fields and cameras; an export made before them has no `report` key, and an append
   to it keeps that export's `masked_fraction`, `video` and `float32_loss` (`append_manifest.py`).
+- `episode-facts.msgpack` (`files.episode_facts`): per episode its duration, split, windows, why it was
+  rejected, its warnings, and per exported time-series and video field its source rate, gaps, whether
+  it lacks the stream and its masked steps: what `robowds report` shows per episode without reading
+  the shards (`episode_facts.py`, format and size there; `read_episode_facts` reads it). An export
+  made before it lists none, and an append to such an export writes none (its old episodes' facts
+  are not known without reading them again): a full export with `--overwrite` brings it.
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ import msgpack
 import numpy as np
 
 from robowds.export.core.stats import FieldStats
+from robowds.export.job.episode_facts import FACTS, FACTS_PATH, EpisodeFacts, encode_facts
+from robowds.export.job.episode_facts_gather import facts_of
 from robowds.export.job.report_state import report_parts
 
 EPISODES = "episodes"  # manifest `files` keys
 STATS_STATE = "stats_state"
-PATHS = {EPISODES: "episodes.msgpack", STATS_STATE: "stats-state.msgpack"}
+PATHS = {EPISODES: "episodes.msgpack", STATS_STATE: "stats-state.msgpack", FACTS: FACTS_PATH}
 EPISODES_FORMAT = "robowds-episodes"
 STATS_FORMAT = "robowds-stats-state"
 VERSION = 1
@@ -160,19 +168,24 @@ def read_stats_state(data: bytes, where: str = PATHS[STATS_STATE]) -> dict[str, 
 
 
 def side_files(records: Iterable[dict[str, Any]], folded: Mapping[str, Mapping[str, FieldStats]],
-               declarations: str | None) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
-    """(path -> bytes, the manifest's `files` entry) of an export's side files."""
+               declarations: str | None, fields: list[str]) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+    """(path -> bytes, the manifest's `files` entry) of an export's side files; `fields`: the episode
+    facts' columns (`episode_facts.fact_fields`)."""
     records = list(records)
-    return side_files_of(episode_entries(records), folded, declarations, report_parts(records))
+    return side_files_of(episode_entries(records), folded, declarations, report_parts(records),
+                         facts_of(records, fields))
 
 
 def side_files_of(entries: list[EpisodeEntry], folded: Mapping[str, Mapping[str, FieldStats]],
-                  declarations: str | None, report: dict[str, Any] | None = None
-                  ) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+                  declarations: str | None, report: dict[str, Any] | None = None,
+                  facts: EpisodeFacts | None = None) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
     """`side_files` from the table's rows (an append: the old export's rows and the new episodes', and
-    the merged report parts, None when the old export saved none)."""
+    the merged report parts, None when the old export saved none; the merged facts, None when the old
+    export has no facts file: then the appended export has none either)."""
     data = {PATHS[EPISODES]: encode_episodes(sorted(entries, key=lambda e: e.episode_id), declarations),
             PATHS[STATS_STATE]: encode_stats_state(folded, report)}
+    if facts is not None:
+        data[PATHS[FACTS]] = encode_facts(facts)
     listed = {name: {"path": path, "bytes": len(data[path]), "sha256": hashlib.sha256(data[path]).hexdigest()}
-              for name, path in PATHS.items()}
+              for name, path in PATHS.items() if path in data}
     return data, listed

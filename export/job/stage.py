@@ -1,7 +1,8 @@
 """The map step: build one batch of episodes' windows and stage them in the work folder.
 
 Per episode: `ep-NNNNNN.bin` (its encoded samples, back to back) then `ep-NNNNNN.rec` (msgpack: sizes,
-anchors, report, statistics, the .bin's length and each window's CRC-32, or the episode's error; and its fingerprint,
+anchors, report, statistics, the .bin's length and each window's CRC-32, or the episode's error (and its
+`duration_s` when the error came after its extent was known); and its fingerprint,
 `store/episode_identity.py`, None when it could not be loaded), each appearing
 under its name by rename when complete, the .rec last: an episode is staged iff its .rec exists, and a
 re-run after a kill skips it.
@@ -87,6 +88,8 @@ def stage_episodes(args: tuple[JobSpec, list[str]]) -> StagedBatch:
                           stats={n: (s.to_state() if s else None) for n, s in windows.stats.items()})
         except EpisodeError as exc:
             record["error"] = {"field": exc.field, "message": exc.reason, "hint": exc.hint}
+            if "duration_s" in windows.report:  # refused after its extent was known: the report page shows it
+                record["duration_s"] = windows.report["duration_s"]
         rec_tmp = rec_path.with_name(f"{rec_path.name}.tmp-{os.getpid()}")
         rec_tmp.write_bytes(msgpack.packb(record, use_bin_type=True))
         os.replace(rec_tmp, rec_path)
