@@ -120,8 +120,9 @@ def test_append_adds_new_shards_and_equals_a_full_export(grown: dict[str, Path],
     assert verify_export(out, progress=False).ok
     assert _samples(out) == _samples(grown["full7"])
     assert manifest["stats"] == full["stats"]
-    for name in ("stats-state.msgpack", "episodes.msgpack"):
-        assert (out / name).read_bytes() == (grown["full7"] / name).read_bytes()
+    for name in ("stats-state.msgpack", "episodes.msgpack", "episode-facts.msgpack"):
+        assert (out / name).read_bytes() == (grown["full7"] / name).read_bytes(), name
+    assert manifest["files"]["episode_facts"] == full["files"]["episode_facts"]
     for split in manifest["splits"]:  # the key index of the grown split (reader/keys.py): old shards and new
         keys = [key for key, _ in ShardIndex(out, split).positions()]
         assert (out / f"{split}.keys").read_bytes() == encode_key_index(key_hashes(keys))
@@ -148,6 +149,15 @@ def test_append_adds_new_shards_and_equals_a_full_export(grown: dict[str, Path],
     assert full["generation"] == 1
     assert _cli(grown["s7"], out, "--append") == 0  # now up to date
     assert _files(out) == after
+    # verify --since checks the side files as a full verify does (every append rewrites them)
+    damaged = bytearray((out / "episode-facts.msgpack").read_bytes())
+    damaged[-1] ^= 0xFF
+    (out / "episode-facts.msgpack").write_bytes(bytes(damaged))
+    result = verify_export(out, progress=False, since=1)
+    old_count = sum(len(e["shards"]) for e in old_manifest["splits"].values())
+    assert (result.selected, result.skipped) == (
+        sum(len(e["shards"]) for e in manifest["splits"].values()) - old_count, old_count)  # new shards only
+    assert result.failures == ["file episode-facts.msgpack: sha256 does not match the manifest"]
 
 
 def test_append_with_nothing_added_is_up_to_date(grown: dict[str, Path], tmp_path: Path,
@@ -234,6 +244,23 @@ def test_append_retries_an_episode_the_export_rejected(grown: dict[str, Path], t
     full = json.loads((grown["full7"] / "manifest.json").read_bytes())
     assert manifest["report"]["episodes"] == full["report"]["episodes"]  # 7 exported, none rejected
     assert _samples(out) == _samples(grown["full7"])
+    for name in ("episodes.msgpack", "episode-facts.msgpack"):  # the rejected episode's facts row replaced
+        assert (out / name).read_bytes() == (grown["full7"] / name).read_bytes(), name
+    assert verify_export(out, progress=False).ok
+
+
+def test_append_to_an_export_without_episode_facts_writes_none(grown: dict[str, Path], tmp_path: Path) -> None:
+    """An export made before episode-facts.msgpack appends; its old episodes' facts are not known without
+    reading them again, so the appended export lists no facts file either (docs/output-format.md)."""
+    out = tmp_path / "o"
+    shutil.copytree(grown["o4"], out)
+    doc = json.loads((out / "manifest.json").read_bytes())
+    del doc["files"]["episode_facts"]
+    (out / "manifest.json").write_text(json.dumps(doc))
+    (out / "episode-facts.msgpack").unlink()
+    assert _cli(grown["s7"], out, "--append") == 0
+    manifest = json.loads((out / "manifest.json").read_bytes())
+    assert "episode_facts" not in manifest["files"] and not (out / "episode-facts.msgpack").exists()
     assert (out / "episodes.msgpack").read_bytes() == (grown["full7"] / "episodes.msgpack").read_bytes()
     assert verify_export(out, progress=False).ok
 
@@ -345,8 +372,8 @@ def test_append_report_equals_a_full_export_with_video_and_float32_loss(tmp_path
     assert full["video"]["cam"]["psnr_db_mean"] is not None
     for key in ("video", "float32_loss", "masked_fraction", "duration_s"):
         assert report[key] == full[key], key
-    appended = (tmp_path / "o2" / "stats-state.msgpack").read_bytes()
-    assert appended == (tmp_path / "full3" / "stats-state.msgpack").read_bytes()
+    for name in ("stats-state.msgpack", "episode-facts.msgpack"):  # the camera's facts (rate, warnings) too
+        assert (tmp_path / "o2" / name).read_bytes() == (tmp_path / "full3" / name).read_bytes(), name
     # an export whose stats-state.msgpack has no report parts: its report entries are kept
     state = msgpack.unpackb((old / "stats-state.msgpack").read_bytes())
     before = json.loads((old / "manifest.json").read_bytes())
