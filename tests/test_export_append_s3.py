@@ -128,8 +128,8 @@ def test_append_into_s3_writes_only_new_objects_and_equals_a_full_export(
         new_shards | {p + ".idx" for p in new_shards}
     assert (manifest["generation"], [g["generation"] for g in manifest["generations"]]) == (2, [1, 2])
     assert manifest["stats"] == full_manifest["stats"] and manifest["schema"] == full_manifest["schema"]
-    for name in ("stats-state.msgpack", "episodes.msgpack"):
-        assert got[name] == full[name]
+    for name in ("stats-state.msgpack", "episodes.msgpack", "episode-facts.msgpack"):
+        assert got[name] == full[name], name
     for key in ("episodes", "windows", "splits", "repairs"):
         assert manifest["report"][key] == full_manifest["report"][key]
     assert _samples(_folder(got, tmp_path / "got")) == _samples(_folder(full, tmp_path / "full"))

@@ -102,7 +102,8 @@ def test_export_to_s3_equals_a_local_export_byte_for_byte(store: Path, expected:
     options, (work, shard_puts) = s3[1], same
     got = remote_tree(proxy, "same")
     assert sorted(got) == sorted(expected)  # no .robowds-work/ left, nothing more, nothing less
-    assert {"manifest.json", "episodes.msgpack", "stats-state.msgpack", "train.wids.json"} <= set(got)
+    assert {"manifest.json", "episodes.msgpack", "stats-state.msgpack", "episode-facts.msgpack",
+            "train.wids.json"} <= set(got)
     assert {k for k, v in got.items() if v != expected[k]} == set()
     shards = [k for k in expected if k.endswith(".tar")]
     assert len(shards) == 5 and shard_puts == sorted(f"/robots/same/{k}" for k in shards)  # each once
@@ -178,7 +179,8 @@ def test_killed_runs_leave_a_complete_export_or_none_and_each_rerun_uploads_only
     after_kill, _ = kill_when(proxy, "kill", command("first"), lambda keys: any(k.endswith(".tar") for k in keys))
     assert "manifest.json" not in after_kill
     assert ".robowds-lock" in after_kill  # a SIGKILLed run's lock stays: the re-runs here take it over
-    for rel in ("train.wids.json", ".nv-meta/split.yaml", "episodes.msgpack", "stats-state.msgpack"):
+    for rel in ("train.wids.json", ".nv-meta/split.yaml", "episodes.msgpack", "stats-state.msgpack",
+                "episode-facts.msgpack"):
         assert rel not in after_kill  # published only with the manifest
     uploaded = sorted(k for k in after_kill if k.endswith(".tar"))
     assert 1 <= len(uploaded) <= 5, sorted(after_kill)  # usually 1-4; on a loaded machine all 5 may be up
