@@ -172,7 +172,7 @@ def test_a_damaged_file_is_refused_by_the_reader_and_verify(made: dict, tmp_path
     doc["exported"], doc["windows"] = bytes([1, 1, 0, 0]), np.asarray([12, 15, 0, 0], "<i8").tobytes()
     _relisted(out, msgpack.packb(doc, use_bin_type=True))
     assert verify_export(out, progress=False).failures == [
-        "file episode-facts.msgpack: its episodes of split 'train' have 27 windows, the manifest's report says 26"]
+        "file episode-facts.msgpack: its episodes of split 'train' have 27 windows, the split holds 26 samples"]
 
 
 def test_an_export_without_the_file_reads_as_none(made: dict, tmp_path: Path) -> None:

@@ -67,7 +67,8 @@ def _old(out: Path) -> dict[str, tuple[str | None, str]]:
 
 def test_manifest_lists_side_files_and_episode_table(stores: dict[str, Path]) -> None:
     manifest = json.loads((stores["o4"] / "manifest.json").read_bytes())
-    assert sorted(manifest["files"]) == ["episodes", "keys.train", "stats_state"]  # keys: reader/keys.py
+    # keys: reader/keys.py; episode_facts: job/episode_facts.py
+    assert sorted(manifest["files"]) == ["episode_facts", "episodes", "keys.train", "stats_state"]
     assert manifest["format_version"] == 2  # the side files are optional for readers: no version bump
     for entry in manifest["files"].values():
         data = (stores["o4"] / entry["path"]).read_bytes()

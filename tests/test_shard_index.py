@@ -266,7 +266,8 @@ def test_reexport_never_deletes_what_the_old_manifest_does_not_list(exported: Pa
     paths = [s["path"] for s in old["splits"]["train"]["shards"]]
     energon.BaseWebdatasetFactory.prepare_dataset(out, [*paths, "train/mine.tar"], tar_index_only=True, workers=1,
                                                   split_parts_ratio=[("train", 1.0)])
-    listed = {"manifest.json", "train.wids.json", *paths, "episodes.msgpack", "stats-state.msgpack", "train.keys"} | {
+    listed = {"manifest.json", "train.wids.json", *paths, "episodes.msgpack", "stats-state.msgpack",
+              "episode-facts.msgpack", "train.keys"} | {
         f".nv-meta/{n}" for n in ("dataset.yaml", "split.yaml", ".info.json")}  # the side files: listed in `files`
     unlisted = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
                 if p.is_file() and p.relative_to(out).as_posix() not in listed}

@@ -1,6 +1,6 @@
 """verify's check of the episode facts file (`episode-facts.msgpack`, `job/episode_facts.py`), beyond
 the size and sha256 every side file gets: it decodes, and agrees with the manifest on which episodes
-were exported, in which split, with how many windows per split. Runs with and without `--since`
+were exported, in which split, and how many windows (samples) each split holds. Runs with and without `--since`
 (every append rewrites the file). Cost: one decode, O(episodes)."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def check_facts(data: bytes, manifest: dict[str, Any], where: str, result: Verif
         result.failures.append(f"{where}: has no row of {len(wrong)} exported episode(s) in their split, "
                                f"e.g. {wrong[0]!r}")
         return
-    for split, counts in sorted(manifest.get("report", {}).get("splits", {}).items()):
-        windows = sum(int(facts.windows[rows[ep]]) for ep, s in listed.items() if s == split)
-        if "windows" in counts and windows != counts["windows"]:
+    for split, entry in sorted(manifest["splits"].items()):  # a window is a sample
+        windows = sum(int(facts.windows[rows[ep]]) for ep in entry.get("episodes", []))
+        if "samples" in entry and windows != entry["samples"]:
             result.failures.append(f"{where}: its episodes of split {split!r} have {windows} windows, the "
-                                   f"manifest's report says {counts['windows']}")
+                                   f"split holds {entry['samples']} samples")
