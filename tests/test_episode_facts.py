@@ -120,6 +120,7 @@ def test_the_file_is_listed_and_its_format_checked(made: dict, tmp_path: Path) -
     data = (out / "episode-facts.msgpack").read_bytes()
     assert manifest["files"]["episode_facts"] == {"path": "episode-facts.msgpack", "bytes": len(data),
                                                   "sha256": hashlib.sha256(data).hexdigest()}
+    assert read_episode_facts(out, manifest).episode_id == made["facts"].episode_id  # a folder as a Path too
     doc = msgpack.unpackb(data)
     assert (doc["format"], doc["version"]) == ("robowds-episode-facts", 1)
     assert np.frombuffer(doc["gaps"], "<i8").tolist() == made["facts"].gaps.ravel().tolist()  # [E, F] row-major
@@ -164,6 +165,10 @@ def test_a_damaged_file_is_refused_by_the_reader_and_verify(made: dict, tmp_path
         "file episode-facts.msgpack is not a robowds-episode-facts version 1 file"]
     with pytest.raises(UserError, match="episode-facts.msgpack is not a robowds-episode-facts version 1 file"):
         read_episode_facts(store_location(out), json.loads((out / "manifest.json").read_bytes()))
+    outside = {**manifest, "files": {**manifest["files"], "episode_facts": {**manifest["files"]["episode_facts"],
+                                                                            "path": "../episode-facts.msgpack"}}}
+    with pytest.raises(UserError, match=r"manifest.json: files.episode_facts is not a file inside the export"):
+        read_episode_facts(out, outside)
     doc = msgpack.unpackb((made["out"] / "episode-facts.msgpack").read_bytes())
     doc["exported"] = bytes([1, 0, 0, 0])  # ep_0001 marked rejected
     _relisted(out, msgpack.packb(doc, use_bin_type=True))

@@ -30,8 +30,11 @@ import msgpack
 import numpy as np
 
 from robowds.export.errors import UserError
+from robowds.reader.manifest import MANIFEST_NAME, ManifestError, safe_relative
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from robowds.export.job.spec import JobSpec
     from robowds.export.store.location import StoreLocation
 
@@ -156,18 +159,31 @@ def facts_entry(data: bytes) -> dict[str, Any]:
     return {"path": FACTS_PATH, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def read_episode_facts(out: "StoreLocation", manifest: dict[str, Any]) -> EpisodeFacts | None:
-    """The facts of the export in `out` whose finished manifest is `manifest`; None when the manifest
-    lists no facts file (an export made before it, or appended to one). A listed file that is missing,
-    has another sha256 than the manifest's or does not decode is a UserError naming it, with the fix."""
+def read_episode_facts(out: "StoreLocation | Path | str", manifest: dict[str, Any]) -> EpisodeFacts | None:
+    """The facts of the export in `out` (a `StoreLocation`, or a folder or URL as `store_location`
+    takes it) whose finished manifest is `manifest` (`output.publish.load_finished_manifest`); None
+    when the manifest lists no facts file (an export made before it, or appended to one). A listed file
+    that is missing, has another sha256 than the manifest's or does not decode is a UserError naming
+    it, with the fix. Cost: one read of the file (~200 bytes per episode) and its sha256."""
+    from robowds.export.store.location import RemoteStoreError, store_location
+
+    out = store_location(out)
+
     entry = manifest.get("files", {}).get(FACTS)
     if entry is None:
         return None
-    where = out.join(entry["path"])
     try:
-        data = out.read_bytes(entry["path"])
+        rel = safe_relative(entry["path"])
+    except (ManifestError, KeyError, TypeError) as exc:
+        raise UserError(f"{out.join(MANIFEST_NAME)}: files.{FACTS} is not a file inside the export ({exc})",
+                        hint=EXPORT_AGAIN) from exc
+    where = out.join(rel)
+    try:
+        data = out.read_bytes(rel)
     except FileNotFoundError as exc:
         raise UserError(f"{where} is missing: the manifest lists it (files.{FACTS})", hint=EXPORT_AGAIN) from exc
+    except RemoteStoreError as exc:  # the export's URL cannot be read (access, network)
+        raise UserError(str(exc), hint=exc.hint) from exc
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
         raise UserError(f"{where} is damaged: its sha256 differs from the manifest's (files.{FACTS})",
                         hint=EXPORT_AGAIN)
