@@ -15,12 +15,13 @@ export, read by the reader and by verify.
   "stats": {split: {field: {"count", "mean", "std", "min", "max", "q01", "q99"},
                     "<action>.relative"?: {...the same keys..., "relative_to": {"state", "dims", "state_dims",
                                                                                "anchor"}}}},
-  "files"?: {"episodes" | "stats_state" | "keys.<split>": {"path", "bytes", "sha256", ...}},
+  "files"?: {"episodes" | "stats_state" | "episode_facts" | "keys.<split>": {"path", "bytes", "sha256", ...}},
   "report": {...}
 }
 ```
 `files` lists the export's side files (`export/job/side_files.py`: per-episode identity and the
-mergeable statistics state, for `export --append` and `verify`); readers never read them, so the
+mergeable statistics state, for `export --append` and `verify`; the per-episode facts for `robowds
+report`); readers never read them, so the
 key is optional (exports before it lack it) and adding it kept the format version. `keys.<split>` is a
 split's key index (`reader/keys.py`, with `samples` and `shards`), which `ShardIndex` reads by range.
 
@@ -311,7 +312,8 @@ def validate_manifest(doc: Any, where: str = MANIFEST_NAME) -> None:
 
 
 def _check_files(doc: dict[str, Any], where: str) -> None:
-    """The optional `files` entry: the export's side files (`episodes.msgpack`, `stats-state.msgpack`),
+    """The optional `files` entry: the export's side files (`episodes.msgpack`, `stats-state.msgpack`,
+    `episode-facts.msgpack`),
     each `{"path", "bytes", "sha256"}`. Readers open only a split's key index (`keys.<split>`,
     `reader/keys.py`); export and verify open them all, and publish
     deletes them when it replaces the export, so their paths must stay inside the dataset folder."""

@@ -61,7 +61,8 @@ class EpisodeFacts:
     reason: list[str | None]  # [E] why it was rejected ("field: message"), None when exported
     warnings: list[list[str]]  # [E] e.g. repairs of its timestamps, a stream it lacks, a camera fps mismatch
     fields: list[str]  # [F]
-    rate_hz: np.ndarray  # [E, F] float64 median source rate (1 / median period); NaN: stream missing or rejected
+    # [E, F] float64 median source rate (1 / median period; a camera's measured fps); NaN: stream missing or rejected
+    rate_hz: np.ndarray
     gaps: np.ndarray  # [E, F] int64 source intervals longer than the field's max gap
     missing: np.ndarray  # [E, F] bool: the episode lacks the stream (its steps are all padding)
     masked_steps: np.ndarray  # [E, F] int64 padded steps over the episode's windows
