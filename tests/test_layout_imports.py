@@ -20,8 +20,9 @@ FOLDERS = {"robowds.export": ROOT / "export", "robowds.reader": ROOT / "reader"}
 
 # export/ sub-packages, lowest first: a module may import its own layer and the layers before it.
 # robowds.export (the package root: __version__, errors) and robowds.reader sit below all of them.
-LAYERS = ["core", "media", "store", "executors", "output", "job", "convert", "check", "cli"]
-# (executors and output know nothing of windows or configs: the job drives both; convert runs on executors)
+LAYERS = ["core", "media", "store", "executors", "output", "job", "convert", "check", "report", "cli"]
+# (executors and output know nothing of windows or configs: the job drives both; convert runs on executors;
+# report reads a finished export: the manifest, the side files the job wrote, the store)
 # The format sub-packages of convert/ (robowds.export.convert.<format>) and the CLI's options for each
 # (robowds.export.cli.convert.<format>): a new format is one new folder in each, touching no other.
 FORMAT_PARENTS = ("robowds.export.convert", "robowds.export.cli.convert")
