@@ -10,6 +10,7 @@ the overlay's dots and lines are the store's samples and the exported steps on o
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from PIL import Image
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.errors import UserError
 from robowds.export.output.publish import load_finished_manifest
 from robowds.export.report.filmstrip import FILM_DPI, THUMB_INCHES, TITLE_INCHES
 from robowds.export.report.overlay import anchor_time, load_episodes, stream_overlays
@@ -210,3 +212,19 @@ def test_a_split_without_windows_has_no_pictures(export) -> None:
     (row,) = camera_rows(out, empty, "test", 0)
     assert row.filmstrip is None and row.resolution == "32 x 16"
 
+
+
+def test_a_cut_shard_is_refused_as_inspect_refuses_it(export, tmp_path: Path) -> None:
+    """The pictures read only their windows' bytes, yet a shard shorter than the manifest says is named
+    with the sample it cuts, before anything is drawn."""
+    out, _, manifest = export
+    copy = tmp_path / "out"
+    shutil.copytree(out.path, copy)
+    shard = manifest["splits"]["train"]["shards"][0]
+    data = (copy / shard["path"]).read_bytes()
+    (copy / shard["path"]).write_bytes(data[:len(data) - 2048])  # the end-of-archive blocks and a bit more
+    with pytest.raises(UserError) as caught:
+        window_figures(store_location(copy), manifest, "train", 50, seed=0)
+    assert caught.value.message.startswith(f"shard {shard['path']} is cut short ({len(data) - 2048} of {len(data)} "
+                                        "bytes): sample ")
+    assert caught.value.hint == f"`robowds verify {copy}` checks every shard; export again to repair it"

@@ -4,6 +4,7 @@ one pass (`read_windows`), and refusing a cut shard. Shared by `robowds inspect`
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -85,15 +86,17 @@ def read_windows(out: StoreLocation, manifest: dict[str, Any], split: str, indic
     """The decoded samples at `indices` (positions in the split's shard order), in the order given.
 
     Each shard that holds one is opened once and only the chosen samples' byte ranges are read, after
-    its offset index: O(chosen bytes + touched shards' indexes), not O(split), and on object storage
-    one ranged GET per sample (`StoreLocation.open`). A shard whose size is not the manifest's is
-    refused as `check_length` names the cut (the same message as `inspect`)."""
+    its offset index: O(chosen bytes + touched shards' indexes), not O(split). On object storage the
+    file reads ahead in `StoreLocation` blocks (4 MiB): a GET per sample not in the block before it,
+    never the whole shard. A shard whose size is not the manifest's is refused as `check_length` names
+    the cut (inspect's message)."""
     shards = split_shards(manifest, split)
     firsts = np.cumsum([0, *(s.samples for s in shards)])  # [shards + 1]: the split index of each shard's first sample
     wanted = sorted(set(int(i) for i in indices))
-    if wanted and not 0 <= wanted[0] <= wanted[-1] < firsts[-1]:
-        raise UserError(f"no sample with index {wanted[-1] if wanted[-1] >= 0 else wanted[0]} in split {split!r} "
-                        f"({int(firsts[-1])} samples)", hint="pick indices below the split's sample count")
+    outside = [i for i in wanted if not 0 <= i < firsts[-1]]
+    if outside:
+        raise UserError(f"no sample with index {outside[0]} in split {split!r} ({int(firsts[-1])} samples)",
+                        hint="pick indices from 0 to the split's sample count - 1")
     found: dict[int, dict[str, Any]] = {}
     owner = np.searchsorted(firsts, wanted, side="right") - 1  # [k] the shard of each wanted index
     for number in sorted(set(owner.tolist())):
@@ -110,11 +113,10 @@ def _read_shard_samples(out: StoreLocation, shard: ShardInfo, local: list[int]) 
     fix = f"`robowds verify {out}` checks every shard; export again to repair it"
     try:
         offsets = shard_index(shard, out.read_bytes).tolist()  # [samples + 1]
-        size = out.size(shard.path)
-        if size != shard.bytes:  # cut or replaced: named as inspect names it (reads this shard once more)
-            check_length(shard, out.read_bytes(shard.path), offsets, out)
         samples = []
         with out.open(shard.path) as fh:
+            if fh.seek(0, io.SEEK_END) != shard.bytes:  # cut or replaced: named as inspect names it
+                check_length(shard, out.read_bytes(shard.path), offsets, out)
             for i in local:
                 start, stop = offsets[i], offsets[i + 1]
                 fh.seek(start)
