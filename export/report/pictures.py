@@ -2,8 +2,9 @@
 the exported lines (with `--store`, `overlay.py`), and each camera's filmstrip (`filmstrip.py`).
 
 Cost: each picture reads only its window's bytes (`window_samples.read_windows`: one open per shard
-holding a drawn window), so it does not grow with the export; drawing dominates (~0.3-0.8 s per
-window figure on one core, mostly matplotlib's text layout), so the page's windows cost O(count).
+holding a drawn window), so it does not grow with the export; drawing dominates (one core: ~1 s per
+synthetic window figure, ~2.5 s per G1 one, mostly matplotlib's text layout; an overlay about half
+that), so the page's pictures cost O(count), not O(export).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from robowds.export.report.window_figure import MAX_FRAMES, figure
 from robowds.export.report.window_samples import pick_windows, read_windows, sampled_windows
 from robowds.export.store.location import StoreLocation
 
-# 72 dpi: the synthetic export's window (5 streams and its image, 10 x 14.2 in) is 720 x 1022 px and
-# ~87 KB (100 dpi, inspect's: ~128 KB); a window with 8 camera frames is ~1380 px wide
+# 72 dpi, 256 colours (png.png_bytes): the synthetic export's window (5 streams and its image, 10 x 14.2
+# in) is 720 x 1022 px and ~25 KB; a G1 window (8 camera frames, 2 x 26-D streams, 19.2 x 20.8 in) is
+# 1382 x 1497 px and ~100 KB (as RGB PNG: 470 KB; inspect's 100 dpi RGB: ~900 KB)
 WINDOW_DPI = 72
 
 
