@@ -21,7 +21,7 @@ from robowds.export.store.location import StoreLocation
 
 # 72 dpi, 256 colours (png.png_bytes): the synthetic export's window (5 streams and its image, 10 x 14.2
 # in) is 720 x 1022 px and ~25 KB; a G1 window (8 camera frames, 2 x 26-D streams, 19.2 x 20.8 in) is
-# 1382 x 1497 px and ~100 KB (as RGB PNG: 470 KB; inspect's 100 dpi RGB: ~900 KB)
+# 1382 x 1497 px and ~100 KB (as RGB PNG: 470 KB; inspect's 100 dpi RGB: 760 KB)
 WINDOW_DPI = 72
 
 
