@@ -117,8 +117,9 @@ def overlay_figure(manifest: dict[str, Any], split: str, sample: dict[str, Any],
     height = 2.2 * max(1, len(groups)) + 0.8
     fig = plt.figure(figsize=(10.0, height))
     # fixed margins rather than tight_layout (a third of the drawing time): the y labels' 1 in on the
-    # left, the legends' 1.4 in on the right, the title's 0.45 in and the x label's 0.45 in
-    fig.subplots_adjust(left=0.1, right=0.86, top=1 - 0.45 / height, bottom=0.45 / height, hspace=0.35)
+    # left, the legends' 1.4 in on the right, the title's 0.5 in and the x label's 0.45 in, whatever
+    # the number of plots
+    fig.subplots_adjust(left=0.1, right=0.86, top=1 - 0.5 / height, bottom=0.45 / height, hspace=0.35)
     times = [t for o in overlays for t in (o.step_times[[0, -1]], o.source_times) if len(t)]
     span = (min(t.min() for t in times), max(t.max() for t in times)) if times else (0.0, 1.0)
     pad = 0.03 * (span[1] - span[0] or 1.0)
@@ -144,7 +145,7 @@ def overlay_figure(manifest: dict[str, Any], split: str, sample: dict[str, Any],
     if ax is not None:
         ax.set_xlabel("seconds from the anchor (lines: exported steps; circles: the store's samples)", fontsize=8)
     episode, t = sample["meta"]["episode_id"], sample["meta"]["t"]
-    fig.suptitle(f"{key}: exported vs source ({episode}, anchor t = {t} s)", fontsize=10)
+    fig.suptitle(f"{key}: exported vs source ({episode}, anchor t = {t} s)", fontsize=10, y=1 - 0.12 / height)
     described = [f"{o.name} {dims_text(schema[o.name], o.values.shape[1])}, {o.interpolation}, "
                  f"{steps_text(o.mask)}, {len(o.source_times)} source samples" for o in overlays]
     alt = (f"Window {key} of split {split} over its source episode {episode} (anchor at {t} s in the store's "
