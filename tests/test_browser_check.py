@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import io
 import os
+import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from browser import (BLANK_FRACTION, INSTALL_HINT, VIEWPORT, Browser, BrowserErr
                      FailedLoad, ImageInfo, SvgInfo, check_page)
 
 TEAL = (0, 128, 128)
+INSTALL_CHROMIUM = Path(__file__).resolve().parents[1] / ".ci" / "install-chromium"
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +224,62 @@ def test_missing_chromium_says_how_to_install_it(tmp_path: Path, monkeypatch: py
     with pytest.raises(ChromiumMissing, match="install chromium: apt-get install -y chromium") as raised:
         Browser().__enter__()
     assert INSTALL_HINT in str(raised.value) and os.environ["PATH"] == str(tmp_path)
+
+
+def run_install_chromium(tmp_path: Path, apt_get: str, chromium: bool = False) -> tuple[list[str], list[str]]:
+    """Run .ci/install-chromium with a PATH holding only the shell tools it uses, an `apt-get` whose body
+    is `apt_get` (bash; $BIN is its folder) after logging its call, and a `chromium` when asked; returns
+    (the lines it printed, the apt-get calls as "$DEBIAN_FRONTEND args")."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "mktemp", "tail", "rm", "chmod"):  # the script's, and chmod for the fake apt-get
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    scripts = {"apt-get": f'BIN={bin_dir}\necho "$DEBIAN_FRONTEND $*" >> {tmp_path}/calls\n{apt_get}'}
+    if chromium:
+        scripts["chromium"] = 'echo "Chromium 1.2.3"'
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!{shutil.which('bash')}\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    done = subprocess.run([str(INSTALL_CHROMIUM)], env={"PATH": str(bin_dir)}, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0 and done.stderr == "", done
+    calls = tmp_path / "calls"
+    return done.stdout.splitlines(), calls.read_text().splitlines() if calls.exists() else []
+
+
+# what a successful `apt-get install` leaves: a chromium on PATH
+PUT_CHROMIUM = """printf '#!/bin/sh\\necho "Chromium 1.2.3"\\n' > $BIN/chromium; chmod +x $BIN/chromium"""
+MISSING = "ci: chromium is missing: apt-get install -y chromium (for the browser tests)"
+INSTALLED = "ci: chromium installed: Chromium 1.2.3"
+INSTALL = "noninteractive install -y -q chromium"
+
+
+def test_ci_installs_chromium_only_when_missing(tmp_path: Path) -> None:
+    """.ci/run's installer does nothing when chromium is on PATH."""
+    assert run_install_chromium(tmp_path, "exit 1", chromium=True) == ([], [])
+
+
+def test_ci_updates_package_lists_only_when_the_install_needs_it(tmp_path: Path) -> None:
+    """A fresh image has no package lists: install fails, update, install again (non-interactive); with
+    lists already there, one install and no update."""
+    lists = tmp_path / "updated"
+    apt_get = (f'case "$1" in\n  update) : > {lists} ;;\n'
+               f'  install) [ -e {lists} ] || {{ echo "E: Unable to locate package chromium"; exit 100; }}; '
+               f'{PUT_CHROMIUM} ;;\nesac')
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert run_install_chromium(fresh, apt_get) == ([MISSING, INSTALLED],
+                                                    [INSTALL, "noninteractive update -q", INSTALL])
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    assert run_install_chromium(warm, apt_get) == ([MISSING, INSTALLED], [INSTALL])
+
+
+def test_ci_says_in_one_line_when_chromium_cannot_be_installed(tmp_path: Path) -> None:
+    """No network: apt-get's own errors, then one line saying the browser tests will fail; exit 0, so
+    `make test` still runs and reports everything else."""
+    printed, calls = run_install_chromium(tmp_path, 'echo "E: Unable to locate package chromium"; exit 100')
+    assert calls == [INSTALL, "noninteractive update -q"]
+    assert printed == [MISSING, "E: Unable to locate package chromium", "E: Unable to locate package chromium",
+                       "ci: error: could not install chromium (apt-get install -y chromium failed, its output "
+                       "above); the browser tests will fail"]
