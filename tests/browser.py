@@ -37,10 +37,10 @@ from urllib.parse import urlsplit
 import numpy as np
 from PIL import Image
 
-from chromium import INSTALL_HINT, BrowserError, Chromium, ChromiumMissing, Connection
+from chromium import INSTALL_HINT, BrowserError, BrowserTimeout, Chromium, ChromiumMissing, Connection
 
-__all__ = ["INSTALL_HINT", "Browser", "BrowserError", "ChromiumMissing", "ConsoleError", "FailedLoad", "ImageInfo",
-           "Page", "PageCheck", "SvgInfo", "check_page", "differing_fraction"]
+__all__ = ["INSTALL_HINT", "Browser", "BrowserError", "BrowserTimeout", "ChromiumMissing", "ConsoleError",
+           "FailedLoad", "ImageInfo", "Page", "PageCheck", "SvgInfo", "check_page", "differing_fraction"]
 
 VIEWPORT = (1280, 900)  # width, height of the page and of the screenshot of its top, CSS pixels
 # a screenshot is blank when fewer than this fraction of its pixels differ from its most common colour:
@@ -144,8 +144,10 @@ class Page:
         self._errors: list[ConsoleError] = []
         self._lifecycle: list[tuple[str, str]] = []  # (loaderId, name) of the lifecycle events seen
 
-    def _send(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
-        result = self._conn.send(method, params, self.session, time.monotonic() + (timeout or self.timeout))
+    def _send(self, method: str, params: dict[str, Any] | None = None,
+              timeout: float | None = None) -> dict[str, Any]:
+        seconds = self.timeout if timeout is None else timeout
+        result = self._conn.send(method, params, self.session, time.monotonic() + seconds)
         self._absorb()
         return result
 
@@ -212,17 +214,22 @@ class Page:
         for domain in ("Runtime", "Log", "Network", "Page"):
             self._send(f"{domain}.enable")
         self._send("Page.setLifecycleEventsEnabled", {"enabled": True})
-        self._send("Network.setBlockedURLs", {"urlPatterns": [{"urlPattern": p, "block": True} for p in BLOCKED_PATTERNS]})
+        self._send("Network.setBlockedURLs",
+                   {"urlPatterns": [{"urlPattern": pattern, "block": True} for pattern in BLOCKED_PATTERNS]})
         width, height = VIEWPORT
         self._send("Emulation.setDeviceMetricsOverride",
                    {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
         deadline = time.monotonic() + self.timeout
-        nav = self._send("Page.navigate", {"url": self.url})
+        late = (f"{self.url} did not finish loading in {self.timeout:g} s; requests still pending: "
+                f"{sorted(self._requests.values())[:5]}")
+        try:
+            nav = self._send("Page.navigate", {"url": self.url}, max(0.0, deadline - time.monotonic()))
+        except BrowserTimeout as exc:
+            raise BrowserError(late) from exc
         if nav.get("errorText"):
             raise BrowserError(f"Chromium could not open {self.url}: {nav['errorText']}")
         if not self._wait(lambda: (nav["loaderId"], "load") in self._lifecycle, deadline):
-            raise BrowserError(f"{self.url} did not finish loading in {self.timeout:g} s; requests still "
-                               f"pending: {sorted(self._requests.values())[:5]}")
+            raise BrowserError(late)
 
     def evaluate(self, expression: str, timeout: float | None = None) -> Any:
         """The JSON value of a JavaScript expression in the page; a promise is awaited (so

@@ -44,6 +44,10 @@ class BrowserError(RuntimeError):
     """Chromium failed: it did not start, died, answered a command with an error, or a wait ran out."""
 
 
+class BrowserTimeout(BrowserError):
+    """A command got no reply before its deadline (a hung page, or a machine too loaded)."""
+
+
 class ChromiumMissing(BrowserError):
     """No Chromium on PATH: the browser tests need it (CI installs it in .ci/run)."""
 
@@ -88,7 +92,7 @@ class Connection:
         deadline = deadline if deadline is not None else time.monotonic() + 30
         while msg_id not in self._replies:
             if not self.pump(deadline):
-                raise BrowserError(f"no reply to {method} before the deadline; Chromium's log ends:\n{self._log()}")
+                raise BrowserTimeout(f"no reply to {method} before the deadline; Chromium's log ends:\n{self._log()}")
         reply = self._replies.pop(msg_id)
         if "error" in reply:
             raise BrowserError(f"{method} failed: {reply['error'].get('message')} {reply['error'].get('data', '')}")
@@ -204,16 +208,17 @@ class Chromium:
         return found
 
     def _end_leftovers(self, grace: float = 3.0) -> None:
-        """Wait (bounded) for the crash handlers to exit on their own, then kill any left, by pid, so
-        nothing writes into the profile while or after it is removed."""
-        deadline = time.monotonic() + grace
-        while (left := self._leftovers()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for pid in left:
+        """Kill, by pid, what still runs with this browser's HOME (crashpad's handlers would exit on
+        their own, a moment after the browser) and wait until none is left (bounded), so nothing writes
+        into the profile while or after it is removed."""
+        for pid in self._leftovers():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + grace
+        while self._leftovers() and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def close(self) -> None:
         """Kill Chromium's whole process group, close the pipes, remove the profile. Idempotent."""
