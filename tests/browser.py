@@ -47,7 +47,9 @@ VIEWPORT = (1280, 900)  # width, height of the page and of the screenshot of its
 # 0.5% of 1280x900 is ~5.8k pixels, about one short line of heading text; a page that drew anything
 # real (a table, a picture) differs far more, and a white page with a stray border or caret does not pass
 BLANK_FRACTION = 0.005
-ALLOWED_SCHEMES = frozenset({"file", "data", "blob", "about"})  # what a self-contained page may load
+# what a page may request without a failed load; a file: URL other than the page itself loads, but is
+# listed in PageCheck.local_files (a mail attachment would arrive without it)
+ALLOWED_SCHEMES = frozenset({"file", "data", "blob", "about"})
 # requests to these fail at once (no test waits on a network). URLPattern syntax, matched against the
 # whole URL: the older `urls` wildcards match anywhere in it, and "http://*" blocked every inline SVG
 # picture (its xmlns holds "http://www.w3.org/...")
@@ -107,6 +109,7 @@ class PageCheck:
     title: str
     console_errors: tuple[ConsoleError, ...]
     failed_loads: tuple[FailedLoad, ...]
+    local_files: tuple[str, ...]  # file: URLs the page requested besides itself (first 200 characters)
     images: tuple[ImageInfo, ...]
     svgs: tuple[SvgInfo, ...]
     screenshot_png: bytes = field(repr=False)  # the viewport (VIEWPORT) at the top of the page
@@ -118,6 +121,8 @@ class PageCheck:
         writes `assert check.problems() == []` and a failure lists them all."""
         found = [f"console {e.kind}: {e.text} ({e.url}:{e.line})" for e in self.console_errors]
         found += [f"failed load {f.url}: {f.reason}" for f in self.failed_loads]
+        found += [f"not self-contained: loads {url} (a copy of the page alone, e.g. a mail attachment, would "
+                  "lack it)" for url in self.local_files]
         found += [f"image {i} (src {im.src!r}, alt {im.alt!r}) not decoded: naturalWidth {im.natural_width}, "
                   f"complete {im.complete}, decode {im.decode}" for i, im in enumerate(self.images) if not im.decoded]
         if self.blank:
@@ -141,6 +146,7 @@ class Page:
         self._conn, self._target, self.session, self.url, self.timeout = connection, target, session, url, timeout
         self._requests: dict[str, str] = {}  # requestId -> url, of requests not finished yet
         self._failed: dict[str, FailedLoad] = {}  # url -> why, one entry per url
+        self._local: dict[str, None] = {}  # file: URLs other than the page, in request order
         self._errors: list[ConsoleError] = []
         self._lifecycle: list[tuple[str, str]] = []  # (loaderId, name) of the lifecycle events seen
 
@@ -158,7 +164,10 @@ class Page:
             if method == "Network.requestWillBeSent":
                 url = params["request"]["url"]
                 self._requests[params["requestId"]] = url
-                if urlsplit(url).scheme not in ALLOWED_SCHEMES:
+                scheme = urlsplit(url).scheme
+                if scheme == "file" and url.split("#")[0] != self.url:
+                    self._local[url[:200]] = None
+                if scheme not in ALLOWED_SCHEMES:
                     self._fail(url, "forbidden: not a file: or data: URL (the page must be self-contained)")
             elif method == "Network.webSocketCreated":
                 self._fail(params["url"], "forbidden: a websocket (the page must be self-contained)")
@@ -297,7 +306,7 @@ class Page:
         self._absorb()
         return PageCheck(
             url=self.url, title=title, console_errors=tuple(self._errors),
-            failed_loads=tuple(self._failed.values()),
+            failed_loads=tuple(self._failed.values()), local_files=tuple(self._local),
             images=tuple(ImageInfo(i["src"], i["alt"], i["w"], i["h"], i["complete"], i["decode"]) for i in images),
             svgs=tuple(SvgInfo(w, h, n) for w, h, n in svgs),
             screenshot_png=png, differing_fraction=fraction, blank=bool(fraction < BLANK_FRACTION))

@@ -70,7 +70,7 @@ def test_clean_page_has_no_problem_and_draws_its_pictures(browser: Browser, tmp_
     shot = tmp_path / "top.png"
     check = browser.check_page(path, screenshot=shot)
     assert check.problems() == []
-    assert (check.title, check.console_errors, check.failed_loads) == ("Clean page", (), ())
+    assert (check.title, check.console_errors, check.failed_loads, check.local_files) == ("Clean page", (), (), ())
     assert check.images == (ImageInfo(src[:40], "red and blue", 8, 6, True, "ok"),)
     assert check.images[0].decoded
     assert check.svgs == (SvgInfo(300, 150, 2),)
@@ -128,21 +128,25 @@ def test_uncaught_exceptions_are_reported_with_their_message(browser: Browser, t
 
 def test_network_and_missing_loads_are_reported_without_waiting(browser: Browser, tmp_path: Path) -> None:
     """Pictures, a stylesheet and a script from http(s) are forbidden and fail at once (blocked by the
-    DevTools protocol, never sent: no test waits on a network, none is "still pending"), and a missing
-    local file is a failed load with Chromium's reason."""
+    DevTools protocol, never sent: no test waits on a network, none is "still pending"); a missing local
+    file is a failed load with Chromium's reason; a local picture that loads is still not self-contained."""
+    Image.fromarray(red_blue()).save(tmp_path / "beside.png")
     path = page(tmp_path, '<link rel="stylesheet" href="https://example.invalid/style.css">\n'
                           '<script src="http://example.invalid/app.js"></script>\n'
                           '<img alt="net" src="http://example.invalid/x.png">\n<img alt="gone" src="./nope.png">\n'
-                          '<p>text</p>')
+                          '<img alt="beside" src="beside.png">\n<p>text</p>')
     check = browser.check_page(path)
     forbidden = "forbidden: not a file: or data: URL (the page must be self-contained); blocked (inspector)"
     assert sorted(check.failed_loads, key=lambda failed: failed.url) == [
         FailedLoad((tmp_path / "nope.png").as_uri(), "net::ERR_FILE_NOT_FOUND"),
         FailedLoad("http://example.invalid/app.js", forbidden), FailedLoad("http://example.invalid/x.png", forbidden),
         FailedLoad("https://example.invalid/style.css", forbidden)]
+    assert check.local_files == ((tmp_path / "nope.png").as_uri(), (tmp_path / "beside.png").as_uri())
     assert [(im.src, im.natural_width, im.decoded) for im in check.images] == [
-        ("http://example.invalid/x.png", 0, False), ("./nope.png", 0, False)]
+        ("http://example.invalid/x.png", 0, False), ("./nope.png", 0, False), ("beside.png", 8, True)]
     assert check.console_errors == ()  # the browser's own "failed to load" lines are failed loads, not twice
+    assert f"not self-contained: loads {(tmp_path / 'beside.png').as_uri()} (a copy of the page alone, e.g. a " \
+           "mail attachment, would lack it)" in check.problems()
 
 
 def test_blank_means_almost_one_colour(browser: Browser, tmp_path: Path) -> None:
