@@ -9,6 +9,7 @@ folders land there and are removed with it instead of under the real home.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable
 
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal this process gets when its parent dies
 INSTALL_HINT = "install chromium: apt-get install -y chromium"
 EXECUTABLES = ("chromium", "chromium-browser")  # Debian's name first, then Ubuntu's/Fedora's
 FLAGS = (
@@ -166,9 +168,14 @@ class Chromium:
         child_out = fcntl.fcntl(replies_w, fcntl.F_DUPFD_CLOEXEC, 10)
         self._fds += [child_in, child_out]
 
-        def onto_fds_3_and_4() -> None:  # in the child between fork and exec: two dup2 calls, nothing else
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, only called after it
+
+        def in_child() -> None:  # between fork and exec: three system calls, nothing else
             os.dup2(child_in, 3)
             os.dup2(child_out, 4)
+            # Chromium outlives a closed DevTools pipe: if this process is killed (SIGKILL, an xdist
+            # worker lost) the kernel kills Chromium too; its children exit with it
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
         home = Path(self._profile) / "home"
         env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
@@ -177,7 +184,7 @@ class Chromium:
             self._proc = subprocess.Popen(
                 [executable, *FLAGS, f"--user-data-dir={Path(self._profile) / 'profile'}", "about:blank"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(3, 4),
-                preexec_fn=onto_fds_3_and_4, start_new_session=True)  # its own group: close() kills it whole
+                preexec_fn=in_child, start_new_session=True)  # its own group: close() kills it whole
         for fd in (commands_r, replies_w, child_in, child_out):  # the child's ends: only the child keeps them
             os.close(fd)
             self._fds.remove(fd)
