@@ -18,8 +18,15 @@ Usage:
         page.click("th[data-sort=duration]")  # a real mouse click at the header's centre
         first = page.evaluate("[...document.querySelectorAll('tbody tr td:first-child')].map(c => c.textContent)")
 
-or, for one page, `check_page(path, screenshot)`. Chromium missing: ChromiumMissing, saying
-"install chromium: apt-get install -y chromium".
+or, for one page, `check_page(path, screenshot)`. In a test module, one browser for all its tests:
+
+    @pytest.fixture(scope="module")
+    def browser() -> Iterator[Browser]:
+        with Browser(timeout=20) as started:
+            yield started
+
+Chromium missing: ChromiumMissing, saying "install chromium: apt-get install -y chromium" (the tests
+fail with it, they never skip: CI installs Chromium in .ci/run).
 """
 
 from __future__ import annotations
@@ -94,7 +101,8 @@ class ImageInfo:
 
 @dataclass(frozen=True)
 class SvgInfo:
-    """One outermost inline <svg>: its drawn size in CSS pixels and its number of descendant elements."""
+    """One outermost inline <svg>: its drawn size in CSS pixels (0 x 0 when not rendered, e.g. inside a
+    closed <details>) and its number of descendant elements."""
 
     width: float
     height: float
@@ -229,16 +237,19 @@ class Page:
         self._send("Emulation.setDeviceMetricsOverride",
                    {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
         deadline = time.monotonic() + self.timeout
-        late = (f"{self.url} did not finish loading in {self.timeout:g} s; requests still pending: "
-                f"{sorted(self._requests.values())[:5]}")
+
+        def late() -> str:
+            return (f"{self.url} did not finish loading in {self.timeout:g} s; requests still pending: "
+                    f"{sorted(self._requests.values())[:5]}")
+
         try:
             nav = self._send("Page.navigate", {"url": self.url}, max(0.0, deadline - time.monotonic()))
         except BrowserTimeout as exc:
-            raise BrowserError(late) from exc
+            raise BrowserError(late()) from exc
         if nav.get("errorText"):
             raise BrowserError(f"Chromium could not open {self.url}: {nav['errorText']}")
         if not self._wait(lambda: (nav["loaderId"], "load") in self._lifecycle, deadline):
-            raise BrowserError(late)
+            raise BrowserError(late())
 
     def evaluate(self, expression: str, timeout: float | None = None) -> Any:
         """The JSON value of a JavaScript expression in the page; a promise is awaited (so
