@@ -196,7 +196,7 @@ def test_text_evaluate_and_click_in_one_page(browser: Browser, tmp_path: Path) -
 
 def test_a_page_that_never_loads_fails_in_bounded_time(browser: Browser, tmp_path: Path) -> None:
     """A script that never returns holds the load event: BrowserError after the page timeout, and the
-    browser still serves the next page."""
+    browser still serves the next page; a page that is not there is named with Chromium's reason."""
     path = page(tmp_path, "<script>while (true) {}</script>", name="hang.html")
     started = time.monotonic()
     with pytest.raises(BrowserError, match=r"hang.html did not finish loading in 1 s"):
@@ -204,6 +204,8 @@ def test_a_page_that_never_loads_fails_in_bounded_time(browser: Browser, tmp_pat
             pass
     assert time.monotonic() - started < 10  # not the browser's 20 s: the page's own 1 s, then closing its tab
     assert browser.check_page(page(tmp_path, "<h1>next</h1>" * 20, name="next.html")).problems() == []
+    with pytest.raises(BrowserError, match=r"could not open file://.*/absent.html: net::ERR_FILE_NOT_FOUND"):
+        browser.check_page(tmp_path / "absent.html")
 
 
 def test_one_shot_check_leaves_no_process_or_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
