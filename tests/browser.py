@@ -227,29 +227,28 @@ class Page:
         return True
 
     def load(self) -> None:
-        """Navigate to the page and wait for its load event (the page and its pictures fetched)."""
-        for domain in ("Runtime", "Log", "Network", "Page"):
-            self._send(f"{domain}.enable")
-        self._send("Page.setLifecycleEventsEnabled", {"enabled": True})
-        self._send("Network.setBlockedURLs",
-                   {"urlPatterns": [{"urlPattern": pattern, "block": True} for pattern in BLOCKED_PATTERNS]})
-        width, height = VIEWPORT
-        self._send("Emulation.setDeviceMetricsOverride",
-                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        """Navigate to the page and wait for its load event (the page and its pictures fetched), all
+        within the page's timeout; BrowserError naming the page (and what was pending) past it."""
         deadline = time.monotonic() + self.timeout
-
-        def late() -> str:
-            return (f"{self.url} did not finish loading in {self.timeout:g} s; requests still pending: "
-                    f"{sorted(self._requests.values())[:5]}")
-
+        width, height = VIEWPORT
+        setup = [*((f"{domain}.enable", {}) for domain in ("Runtime", "Log", "Network", "Page")),
+                 ("Page.setLifecycleEventsEnabled", {"enabled": True}),
+                 ("Network.setBlockedURLs",
+                  {"urlPatterns": [{"urlPattern": pattern, "block": True} for pattern in BLOCKED_PATTERNS]}),
+                 ("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})]
         try:
+            for method, params in setup:
+                self._send(method, params, max(0.0, deadline - time.monotonic()))
             nav = self._send("Page.navigate", {"url": self.url}, max(0.0, deadline - time.monotonic()))
-        except BrowserTimeout as exc:
-            raise BrowserError(late()) from exc
-        if nav.get("errorText"):
-            raise BrowserError(f"Chromium could not open {self.url}: {nav['errorText']}")
-        if not self._wait(lambda: (nav["loaderId"], "load") in self._lifecycle, deadline):
-            raise BrowserError(late())
+            if nav.get("errorText"):
+                raise BrowserError(f"Chromium could not open {self.url}: {nav['errorText']}")
+            loaded = self._wait(lambda: (nav["loaderId"], "load") in self._lifecycle, deadline)
+        except BrowserTimeout:
+            loaded = False
+        if not loaded:
+            raise BrowserError(f"{self.url} did not finish loading in {self.timeout:g} s; requests still "
+                               f"pending: {sorted(self._requests.values())[:5]}")
 
     def evaluate(self, expression: str, timeout: float | None = None) -> Any:
         """The JSON value of a JavaScript expression in the page; a promise is awaited (so
@@ -342,7 +341,7 @@ class Browser(Chromium):
         when it does not load within `timeout` seconds (default: the browser's)."""
         timeout = timeout or self.timeout
         assert self.connection is not None, "the browser is not started: use `with Browser() as browser`"
-        target, session = self.new_tab(time.monotonic() + timeout)
+        target, session = self.new_tab(time.monotonic() + self.timeout)  # a tab is not the page: the browser's time
         page = Page(self.connection, target, session, Path(path).resolve().as_uri(), timeout)
         try:
             page.load()
