@@ -1,4 +1,4 @@
-"""The `robowds` command: synth, validate, export, verify, inspect, demo.
+"""The `robowds` command: synth, validate, export, verify, inspect, report, demo.
 
 One module per subcommand (`<name>_cmd.py`: its arguments and its handler); this one builds the parser
 and turns user errors into one message (what, where, how to fix) and a non-zero exit; tracebacks are
@@ -13,10 +13,11 @@ import sys
 from typing import NoReturn
 
 from robowds.export import __version__
-from robowds.export.cli import convert, demo_cmd, export_cmd, inspect_cmd, synth_cmd, validate_cmd, verify_cmd
+from robowds.export.cli import (convert, demo_cmd, export_cmd, inspect_cmd, report_cmd, synth_cmd, validate_cmd,
+                                verify_cmd)
 from robowds.export.errors import UserError
 
-COMMANDS = (convert, synth_cmd, validate_cmd, export_cmd, verify_cmd, inspect_cmd, demo_cmd)  # in help order
+COMMANDS = (convert, synth_cmd, validate_cmd, export_cmd, verify_cmd, inspect_cmd, report_cmd, demo_cmd)  # help order
 
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader went away
