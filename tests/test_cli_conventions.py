@@ -38,7 +38,7 @@ def test_version() -> None:
 def test_every_option_of_every_command_has_help() -> None:
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert list(sub.choices) == ["convert", "synth", "validate", "export", "verify", "inspect", "demo"]
+    assert list(sub.choices) == ["convert", "synth", "validate", "export", "verify", "inspect", "report", "demo"]
     assert len(COMMANDS) == len(sub.choices)
     for name in sub.choices:
         assert name in parser.description
