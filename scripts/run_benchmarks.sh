@@ -48,6 +48,7 @@ run bench_video_export $PY scripts/bench_video_export.py --repeats 3
 run bench_segments $PY scripts/bench_segments.py
 run bench_row_groups $PY scripts/bench_row_groups.py
 run bench_append $PY scripts/bench_append.py --episodes 2000 --added 100
+run bench_report $PY scripts/bench_report.py
 echo
 echo "# summary: every figure of this run (JSON in $OUT)"
 $PY scripts/benchlib.py summary "$OUT"/*.json

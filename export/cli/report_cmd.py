@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from robowds.export.cli.storage import add_storage_options_argument, storage_options
 from robowds.export.errors import UserError
+
+if TYPE_CHECKING:
+    from robowds.export.job.episode_facts import EpisodeFacts
+    from robowds.export.store.location import StoreLocation
 
 REPORT_NAME = "report.html"
 
@@ -77,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_store(store, given: str, manifest: dict) -> None:
+def _check_store(store: StoreLocation, given: str, manifest: dict[str, Any]) -> None:
     """Refuse a --store that is not the one the export was made from (its fingerprint differs):
     overlays drawn from another store would show samples the windows were never made from."""
     from robowds.export.store.fingerprint import fingerprint
@@ -92,7 +97,7 @@ def _check_store(store, given: str, manifest: dict) -> None:
                         hint="pass the store the export was made from, unchanged since, or leave --store out")
 
 
-def _read_facts(out, manifest):
+def _read_facts(out: StoreLocation, manifest: dict[str, Any]) -> EpisodeFacts | None:
     """The per-episode facts, None when this export (or this tree) has none."""
     try:  # integration: facts helper
         from robowds.export.job.episode_facts import read_episode_facts
