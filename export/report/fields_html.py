@@ -50,10 +50,11 @@ def stats_html(stats: StatsTable) -> str:
     header = ["dimension", *STAT_COLUMNS, "histogram"]
     rows = _stats_rows(stats.key, stats.dims)
     caption = f"statistics of {esc(stats.key)} over valid steps"
-    head = table(header, rows[:FOLD_DIMS], caption=caption)
+    head = table(header, rows[:FOLD_DIMS], caption=caption, attrs=' class="stats"')
     if len(rows) <= FOLD_DIMS:
         return head
-    rest = table(header, rows[FOLD_DIMS:], caption=caption + f", dimensions {FOLD_DIMS + 1} to {len(rows)}")
+    rest = table(header, rows[FOLD_DIMS:], caption=caption + f", dimensions {FOLD_DIMS + 1} to {len(rows)}",
+                 attrs=' class="stats"')
     return head + f"<details><summary>{len(rows) - FOLD_DIMS} more dimensions</summary>{rest}</details>"
 
 

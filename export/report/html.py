@@ -75,7 +75,7 @@ h3{font-size:1.08em;margin:1.6em 0 .4em}
 nav ul{display:flex;flex-wrap:wrap;gap:.3em 1.2em;padding:0;list-style:none}
 table{border-collapse:collapse;margin:.4em 0 .8em;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #d0d7de;padding:.15em .5em;text-align:left;vertical-align:top}
-thead th{background:#f6f8fa}td.n,th.n{text-align:right}
+thead th{background:#f6f8fa}td.n,th.n,.stats td{text-align:right}
 caption{text-align:left;font-weight:600;padding:.2em 0}
 details{margin:.4em 0}summary{cursor:pointer}
 pre{background:#f6f8fa;padding:.6em;overflow:auto;max-height:30em;font-size:12px}
