@@ -87,9 +87,9 @@ svg.h{display:block}svg.h rect{fill:#4c78a8}
 th button{font:inherit;border:0;background:none;padding:0;cursor:pointer;text-align:left}
 """
 
-# Sorts the episode table by a clicked column (numbers by `data-v`, the rest as text) and filters its
-# rows by a text box and a status choice. The controls are created here, so a reader without
-# JavaScript sees no dead ones. Written for the strict mode of every current browser; no console output.
+# Sorts the episode table by a clicked column (numbers by `data-v`, the rest as text; empty cells last
+# either way) and filters its rows by a text box and a status choice. The controls are created here,
+# so a reader without JavaScript sees no dead ones. Strict mode; no console output.
 SCRIPT = """
 "use strict";
 (function () {
@@ -137,10 +137,11 @@ SCRIPT = """
         var v = c.getAttribute("data-v");
         if (v === null) { return c.textContent; }
         var n = parseFloat(v);
-        return isNaN(n) ? Infinity : n;
+        return isNaN(n) ? null : n;
       }
       rows.sort(function (a, b) {
         var x = key(a), y = key(b);
+        if (x === null || y === null) { return (x === null ? 1 : 0) - (y === null ? 1 : 0); }  // empty: last
         var d = (typeof x === "number" && typeof y === "number") ? (x < y ? -1 : (x > y ? 1 : 0))
           : String(x).localeCompare(String(y));
         return up ? d : -d;
