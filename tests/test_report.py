@@ -20,7 +20,6 @@ from robowds.export.report.html import num
 from robowds.export.report.model import FIRST_ROWS, build_model
 from robowds.export.report.page import SECTIONS, render
 from robowds.export.report.parts import CameraRow, Figure
-from robowds.export.store.location import store_location
 
 from realdata import real_path
 
