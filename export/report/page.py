@@ -85,7 +85,8 @@ def render(model: ReportModel, windows: list[Figure], overlays: list[Figure] | N
               "fields": f"<p>Statistics of split {esc(model.split)}; histograms from the export's statistics "
                         f"state (no shard read).</p>{fields}",
               "episodes": episodes_html(model.episodes),
-              "windows": _figures_html(windows, f"No window drawn from split {model.split}."),
+              "windows": _figures_html(windows, f"No window drawn from split {model.split} (none asked for with "
+                                                f"--windows 0, or the split has none)."),
               "overlays": overlay, "cameras": _cameras_html(cameras, model.split)}
     sections = "\n".join(f'<section id="{key}"><h2>{name}</h2>{bodies[key]}</section>' for key, name in SECTIONS)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
