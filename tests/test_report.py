@@ -293,7 +293,8 @@ def test_html_option_and_errors(export: tuple[Path, Path], tmp_path: Path,
 
 
 def test_verify_reexport_and_append_leave_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """report.html is robowds's but not the export's: verify ignores it, a re-run keeps it."""
+    """report.html is robowds's but not the export's: verify ignores it, a re-run, an append and an
+    overwrite keep it."""
     write_synthetic_store(tmp_path / "small", episodes=1, seed=3)
     write_synthetic_store(tmp_path / "grown", episodes=2, seed=3)  # the same first episode, one more
     out = tmp_path / "out"
@@ -309,6 +310,8 @@ def test_verify_reexport_and_append_leave_the_page(tmp_path: Path, capsys: pytes
     assert manifest_of(out)["report"]["episodes"]["exported"] == 2
     assert (out / "report.html").read_bytes() == page
     assert run(["verify", str(out), "--quiet"], capsys)[0] == 0
+    assert run(["export", str(tmp_path / "grown"), str(out), *options, "--stride", "32", "--overwrite"], capsys)[0] == 0
+    assert (out / "report.html").read_bytes() == page  # not the export's: an overwrite keeps it too
 
 
 def test_page_of_the_husky_bag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
