@@ -141,6 +141,8 @@ def test_page_of_a_synthetic_export(export: tuple[Path, Path], capsys: pytest.Ca
     assert [h for t, h in page.headings if t == "h3"] == fields
     summary = {row[0]: row[1] for row in page.tables[0][1]}  # the first table: labels and values
     assert summary["episodes"] == "3 considered, 2 exported, 1 rejected"
+    windows = manifest["report"]["windows"]
+    assert summary["windows"] == f"{windows['emitted']:,} emitted of {windows['candidates']:,} candidates"
     assert summary["store fingerprint"] == manifest["source"]["fingerprint"]
     assert summary["tool version"] == manifest["tool_version"]
     assert page.table("splits") == [["split", "episodes", "windows", "shards", "bytes"],

@@ -28,7 +28,7 @@ def _summary_html(s: Summary, split: str) -> str:
              ("generation", num(s.generation)), ("written", esc(s.written_at or "not known")),
              ("episodes", f"{s.episodes_total:,} considered, {s.episodes_exported:,} exported, "
                           + (f'<span class="bad">{rejected:,} rejected</span>' if rejected else "0 rejected")),
-             ("windows", ", ".join(f"{esc(k)} {num(v)}" for k, v in s.windows.items()) or "\u2013"),
+             ("windows", _windows_text(s.windows)),
              ("source duration", "\u2013" if s.source_duration_s is None else f"{num(s.source_duration_s)} s"),
              ("output bytes", esc(size(s.output_bytes))), ("source bytes", esc(size(s.source_bytes))),
              ("statistics, windows and cameras of split", esc(split))]
@@ -51,6 +51,18 @@ def _summary_html(s: Summary, split: str) -> str:
     parts.append(f"<details><summary>config (resolved, as the manifest records it)</summary>"
                  f"<pre>{esc(s.config_json)}</pre></details>")
     return "".join(parts)
+
+
+def _windows_text(w: dict[str, int]) -> str:
+    """The report's window counts in words (an older manifest may lack some of them)."""
+    if "emitted" not in w:
+        return "\u2013"
+    text = f"{num(w['emitted'])} emitted"
+    if "candidates" in w:
+        text += f" of {num(w['candidates'])} candidates"
+    if w.get("dropped_min_valid"):
+        text += f" ({num(w['dropped_min_valid'])} dropped: fewer valid steps than min_valid_fraction)"
+    return text
 
 
 def _figures_html(figs: list[Figure], empty: str) -> str:
