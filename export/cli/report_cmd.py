@@ -16,7 +16,6 @@ from robowds.export.cli.storage import add_storage_options_argument, storage_opt
 from robowds.export.errors import UserError
 
 if TYPE_CHECKING:
-    from robowds.export.job.episode_facts import EpisodeFacts
     from robowds.export.store.location import StoreLocation
 
 REPORT_NAME = "report.html"
@@ -36,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from robowds.export.job.episode_facts import read_episode_facts
     from robowds.export.output.publish import load_finished_manifest
     from robowds.export.report import inputs, pictures
     from robowds.export.report.model import build_model
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.store is not None:
         store = store_location(args.store, options)
         _check_store(store, args.store, manifest)
-    facts = _read_facts(out, manifest)
+    facts = read_episode_facts(out, manifest)  # None: an export made before the facts file
     model = build_model(manifest, split, out=str(out), stats_state=inputs.read_stats_state(out, manifest),
                         episodes=inputs.read_episodes(out, manifest), facts=facts,
                         store=None if store is None else str(store), written_at=inputs.written_at(out))
@@ -70,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
         target = Path(args.html)
         if target.is_dir():
             raise UserError(f"--html {args.html} is a folder", hint=f"give a file name, e.g. {target / REPORT_NAME}")
-        target.write_bytes(data)
+        _write_atomic(target, data)
         where = str(target)
     else:
         if out.local:
-            (out.path / REPORT_NAME).write_bytes(data)
+            _write_atomic(out.path / REPORT_NAME, data)
         else:  # one PUT, retried on transient faults; a lasting one is a UserError naming the URL
             RemoteOut(out.url, options).put(REPORT_NAME, data)
         where = out.join(REPORT_NAME)
@@ -97,10 +97,15 @@ def _check_store(store: StoreLocation, given: str, manifest: dict[str, Any]) -> 
                         hint="pass the store the export was made from, unchanged since, or leave --store out")
 
 
-def _read_facts(out: StoreLocation, manifest: dict[str, Any]) -> EpisodeFacts | None:
-    """The per-episode facts, None when this export (or this tree) has none."""
-    try:  # integration: facts helper
-        from robowds.export.job.episode_facts import read_episode_facts
-    except ImportError:
-        return None
-    return read_episode_facts(out, manifest)
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    """A reader (a browser refreshing the page, a mail client attaching it) sees the old page or the
+    new one, never half of one."""
+    import os
+
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
