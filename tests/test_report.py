@@ -1,11 +1,15 @@
-"""`robowds report OUT`: the page's content on a real export (synthetic and the vendored Husky bag),
+"""`robowds report OUT`: the page's content on a real export (synthetic, the vendored Husky bag and the
+G1 LeRobot set with its camera), loaded in headless Chromium (tests/browser.py: no console error, no
+failed or outside load, every picture decodes, a non-blank top, sorting and filtering by a real click),
 the model's per-episode facts path, the pictures' rendering, and the command's locations and errors."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
+from typing import Any, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -15,12 +19,15 @@ from PIL import Image
 
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
-from robowds.export.job.episode_facts import EpisodeFacts
+from robowds.export.job.episode_facts import EpisodeFacts, read_episode_facts
 from robowds.export.report.html import num
 from robowds.export.report.model import FIRST_ROWS, build_model
 from robowds.export.report.page import SECTIONS, render
 from robowds.export.report.parts import CameraRow, Figure
+from robowds.export.report.pictures import window_figures
+from robowds.export.store.location import store_location
 
+from browser import Browser
 from realdata import real_path
 
 SETTINGS = ["--quiet", "--workers", "1", "--stride", "8", "--set", "shard.min_shards=1",
@@ -108,6 +115,24 @@ def export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "store", root / "out"
 
 
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with Browser(timeout=30) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def in_browser(browser: Browser, page: Path, pictures: int, screenshot: Path | None = None) -> Iterator[tuple[Any, Any]]:
+    """Load the page from a file:// URL: no problem at all, `pictures` images all decoded, the top of
+    the page drawn; yields the open page (for more checks) and its check."""
+    with browser.open(page) as opened:
+        check = opened.check(screenshot=screenshot)
+        assert check.problems() == [], check.problems()
+        assert len(check.images) == pictures and all(i.decoded and i.natural_width > 100 for i in check.images)
+        assert not check.blank and check.title.startswith("robowds report: ")
+        yield opened, check
+
+
 def manifest_of(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
@@ -128,9 +153,10 @@ def assert_self_contained(text: str, page: Page) -> None:
     assert levels[0] == 1 and all(b - a <= 1 for a, b in zip(levels, levels[1:]))  # no skipped level
 
 
-def test_page_of_a_synthetic_export(export: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_page_of_a_synthetic_export(export: tuple[Path, Path], browser: Browser,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     _, out = export
-    rc, stdout, _ = run(["report", str(out)], capsys)
+    rc, stdout, _ = run(["report", str(out), "--windows", "2"], capsys)
     text = (out / "report.html").read_text(encoding="utf-8")
     assert rc == 0 and stdout == f"wrote {out / 'report.html'} ({len(text.encode()):,} bytes)\n"
     page = Page(text)
@@ -165,8 +191,44 @@ def test_page_of_a_synthetic_export(export: tuple[Path, Path], capsys: pytest.Ca
                                              [BROKEN, "train", "rejected", "0"],
                                              ["ep_0002", "val", "exported", num(_windows(out, "ep_0002"))]]
     assert episodes[2][5] == f"overview: {rejected['message']}"
-    assert "Not recorded by this export" in text and "episode duration, warnings, source rate, gaps" in text
+    facts = read_episode_facts(out, manifest)
+    assert facts.episode_id == ["ep_0000", BROKEN, "ep_0002"] and np.isnan(facts.duration_s[1])  # never loaded
+    assert [r[4] for r in episodes[1:]] == [num(float(d), 4) for d in facts.duration_s]
+    assert "Not recorded by this export" not in text
     assert "Run robowds report OUT --store STORE to draw" in "".join(page.text)
+    assert [a["title"] for t, a in page.tags if t == "img"] == [f.title for f in window_figures(
+        store_location(out), manifest, "train", 2, 0)]
+
+    with in_browser(browser, out / "report.html", pictures=2) as (opened, check):
+        assert len(check.svgs) == dims  # the histograms, drawn
+        rows = "[...document.querySelectorAll('#episode-table tbody tr')].filter(r => !r.hidden).map(r => r.cells[0].textContent)"
+        assert opened.evaluate(rows) == ["ep_0000", BROKEN, "ep_0002"]
+        opened.click("#episode-table thead th:nth-child(4) button")  # windows, ascending
+        by_windows = sorted([("ep_0000", _windows(out, "ep_0000")), (BROKEN, 0), ("ep_0002", _windows(out, "ep_0002"))],
+                            key=lambda kv: kv[1])
+        assert opened.evaluate(rows) == [k for k, _ in by_windows]
+        opened.evaluate("(() => { const f = document.getElementById('ep-filter'); f.value = 'image';"
+                        " f.dispatchEvent(new Event('input')); return 0; })()")
+        assert opened.evaluate(rows) == [BROKEN]  # the reason names the overview image
+        assert opened.evaluate("document.getElementById('ep-count').textContent") == "1 of 3 rows shown"
+
+
+def test_a_page_of_an_export_made_before_the_facts_file(export: tuple[Path, Path], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """An export without episode-facts.msgpack (robowds before it): the page says which columns it lacks."""
+    _, out = export
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    manifest = manifest_of(old)
+    (old / manifest["files"].pop("episode_facts")["path"]).unlink()
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert run(["report", str(old), "--windows", "0"], capsys)[0] == 0
+    text = (old / "report.html").read_text()
+    assert "Not recorded by this export" in text and "episode duration, warnings, source rate, gaps" in text
+    episodes = Page(text).table("episodes, in id order (the column headers sort when scripts run)")
+    assert [r[:4] for r in episodes[1:]] == [["ep_0000", "train", "exported", num(_windows(out, "ep_0000"))],
+                                             [BROKEN, "train", "rejected", "0"],
+                                             ["ep_0002", "val", "exported", num(_windows(out, "ep_0002"))]]
 
 
 def _size(n: int) -> str:
@@ -290,7 +352,7 @@ def test_html_option_and_errors(export: tuple[Path, Path], tmp_path: Path,
     rc, _, err = run(["report", str(out), "--store", str(other)], capsys)
     assert rc == 2 and f"--store {other} is not the store this export was made from" in err
     assert "fix: pass the store the export was made from, unchanged since, or leave --store out" in err
-    rc, _, _ = run(["report", str(out), "--store", str(store), "--html", str(target)], capsys)
+    rc, _, _ = run(["report", str(out), "--store", str(store), "--html", str(target), "--windows", "1"], capsys)
     assert rc == 0 and "Run robowds report OUT --store" not in target.read_text()
 
 
@@ -303,7 +365,7 @@ def test_verify_reexport_and_append_leave_the_page(tmp_path: Path, capsys: pytes
     options = ["--quiet", "--workers", "1", "--stride", "16", "--set", "shard.min_shards=1",
                "--set", "exclude=[overview]"]
     assert main(["export", str(tmp_path / "small"), str(out), *options]) == 0
-    assert run(["report", str(out)], capsys)[0] == 0
+    assert run(["report", str(out), "--windows", "0"], capsys)[0] == 0
     page = (out / "report.html").read_bytes()
     assert run(["verify", str(out), "--quiet"], capsys)[0] == 0
     rc, stdout, _ = run(["export", str(tmp_path / "small"), str(out), *options], capsys)
@@ -316,14 +378,14 @@ def test_verify_reexport_and_append_leave_the_page(tmp_path: Path, capsys: pytes
     assert (out / "report.html").read_bytes() == page  # not the export's: an overwrite keeps it too
 
 
-def test_page_of_the_husky_bag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_page_of_the_husky_bag(tmp_path: Path, browser: Browser, capsys: pytest.CaptureFixture[str]) -> None:
     """Real data: the Clearpath Husky ROS 1 bag (IMU, odometry, GPS), converted and exported."""
     bag = real_path("rosbag1_real_clearpath_imu_odom_gps", "original", "test1.bag")
     assert main(["convert", "rosbag", str(bag), str(tmp_path / "store"), "--quiet", "--workers", "1"]) == 0
     out = tmp_path / "out"
     assert main(["export", str(tmp_path / "store"), str(out), "--quiet", "--workers", "1", "--stride", "50",
                  "--set", "shard.min_shards=1"]) == 0
-    assert run(["report", str(out)], capsys)[0] == 0
+    assert run(["report", str(out), "--windows", "1"], capsys)[0] == 0
     text = (out / "report.html").read_text()
     page = Page(text)
     assert_self_contained(text, page)
@@ -337,6 +399,34 @@ def test_page_of_the_husky_bag(tmp_path: Path, capsys: pytest.CaptureFixture[str
     imu = next(k for k in manifest["stats"][split] if k.startswith("imu"))
     assert f"{manifest['stats'][split][imu]['count']:,}" in text
     assert "1 considered, 1 exported, 0 rejected" in text
+    with in_browser(browser, out / "report.html", pictures=1) as (_, check):
+        assert len(check.svgs) == sum(len(s["mean"]) for s in manifest["stats"][split].values())
+
+
+def test_page_of_the_g1_lerobot_set_with_its_camera(tmp_path: Path, browser: Browser,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Real data: the Unitree G1 LeRobot v2.1 episodes with their AV1 camera, converted as a user would,
+    the report drawn with --store: a window, its source overlay and the camera's filmstrip decode in
+    the browser, and the camera row says what the manifest says."""
+    store, out = tmp_path / "store", tmp_path / "out"
+    assert main(["convert", "lerobot", str(real_path("unitree_g1_lerobot_v2.1_real")), str(store), "--quiet"]) == 0
+    cam = "observation_images_cam_high"
+    assert main(["export", str(store), str(out), "--quiet", "--workers", "1", "--fps", "10", "--stride", "20",
+                 "--set", f"streams.{cam}.resize=[64,48]", "--set", f"streams.{cam}.duration_s=0.5",
+                 "--set", "shard.min_shards=1"]) == 0
+    assert run(["report", str(out), "--store", str(store), "--windows", "1"], capsys)[0] == 0
+    manifest = manifest_of(out)
+    text = (out / "report.html").read_text()
+    page = Page(text)
+    assert_self_contained(text, page)
+    video = manifest["report"]["video"][cam]
+    [row] = page.table("cameras")[1:]
+    assert row[:5] == [cam, manifest["schema"][cam]["encoding"], "64 x 48", "10 Hz",
+                       f"{video['psnr_db_min']:.2f} dB worst over {video['psnr_frames']} frames"]
+    assert "2 considered, 2 exported, 0 rejected" in text and "30 / 30 / 30 Hz over 2 episodes" in text
+    with in_browser(browser, out / "report.html", pictures=3) as (opened, check):
+        assert check.images[2].alt.startswith(f"Camera {cam}")  # the filmstrip, last
+        assert "kLeftShoulderPitch" in opened.text()
 
 
 def test_report_of_an_export_in_s3(export: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -347,7 +437,8 @@ def test_report_of_an_export_in_s3(export: tuple[Path, Path], capsys: pytest.Cap
     _, out = export
     with s3_behind_proxy({"out": out}) as (proxy, options):
         moto_client(proxy).delete_object(Bucket="robots", Key="out/report.html")  # only the export's own files
-        rc, stdout, _ = run(["report", "s3://robots/out", "--storage-options", json.dumps(options)], capsys)
+        rc, stdout, _ = run(["report", "s3://robots/out", "--storage-options", json.dumps(options),
+                                   "--windows", "1"], capsys)
         data = moto_client(proxy).get_object(Bucket="robots", Key="out/report.html")["Body"].read()
     assert rc == 0 and stdout == f"wrote s3://robots/out/report.html ({len(data):,} bytes)\n"
     text = data.decode()
