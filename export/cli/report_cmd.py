@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
         store = store_location(args.store, options)
         _check_store(store, args.store, manifest)
     facts = read_episode_facts(out, manifest)  # None: an export made before the facts file
-    model = build_model(manifest, split, out=str(out), stats_state=inputs.read_stats_state(out, manifest),
+    model = build_model(manifest, split, out=_shown(out), stats_state=inputs.read_stats_state(out, manifest),
                         episodes=inputs.read_episodes(out, manifest), facts=facts,
-                        store=None if store is None else str(store), written_at=inputs.written_at(out))
+                        store=None if store is None else _shown(store), written_at=inputs.written_at(out))
     windows = pictures.window_figures(out, manifest, split, args.windows, args.seed)
     overlays = None if store is None else pictures.overlay_figures(out, manifest, store, split, args.windows, args.seed)
     cameras = pictures.camera_rows(out, manifest, split, args.seed)
@@ -80,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
         where = out.join(REPORT_NAME)
     print(f"wrote {where} ({len(data):,} bytes)")
     return 0
+
+
+def _shown(location: StoreLocation) -> str:
+    """A local folder as an absolute path (the page is read later, elsewhere), a URL as given."""
+    return str(location.path.resolve()) if location.local else str(location)
 
 
 def _check_store(store: StoreLocation, given: str, manifest: dict[str, Any]) -> None:
