@@ -121,7 +121,11 @@ def test_permanent_fault_names_shard_range_and_url_and_is_skipped(
         assert "HTTP 503 SlowDown: Please reduce your request rate." in message
     assert time.monotonic() - began < FAST.bound_s() + 5
 
-    # skipped (in DataLoader workers): the epoch without exactly that shard's samples, in the same order
+    # skipped (in DataLoader workers): the epoch without exactly that shard's samples, in the same order.
+    # Once per target: how the fault looks (503 or reset) changes the message above, not the skipping
+    # (~10 s of worker start and reads each under load)
+    if mode != "503":
+        return
     skipping = ShardLoader(ShardDataset(URL, "train", seed=4, on_error="skip",
                                         # a 20 s request timeout: the broken shard fails at once (503s), and a
                                         # healthy read on a loaded CI machine must not pass 1 s and be skipped too
