@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from robowds.export.cli.inspect_window import FRAME_INCHES, GROUP, figure, load_window, random_windows
+from robowds.export.cli.inspect_window import load_window
+from robowds.export.report.window_figure import FRAME_INCHES, GROUP, figure
+from robowds.export.report.window_samples import random_windows
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 

@@ -258,7 +258,7 @@ def _facts(n: int, flagged: dict[int, str]) -> EpisodeFacts:
     gaps[3, 0] = 1
     return EpisodeFacts(ids, ["train"] * n, exported, np.where(exported, 30, 0).astype(np.int64),
                         np.where(exported, np.arange(n) + 2.0, np.nan),
-                        [f"joints: bad <row>" if flagged.get(i) == "rejected" else None for i in range(n)],
+                        ["joints: bad <row>" if flagged.get(i) == "rejected" else None for i in range(n)],
                         [["clock repaired & <kept>"] if flagged.get(i) == "warned" else [] for i in range(n)],
                         ["joints", "imu"], rate, gaps, missing, np.zeros((n, 2), np.int64), np.full((n, 2), 300))
 
@@ -338,7 +338,7 @@ def test_html_option_and_errors(export: tuple[Path, Path], tmp_path: Path,
 
     cases = [(["report", str(tmp_path)], f"robowds report: error: {tmp_path} has no manifest.json",
               "fix: pass the output folder of a finished export"),
-             (["report", str(out), "--split", "test"], f"has no split 'test' (it has: train, val)",
+             (["report", str(out), "--split", "test"], "has no split 'test' (it has: train, val)",
               "fix: pass --split with one of: train, val"),
              (["report", str(out), "--windows", "-1"], "--windows must be >= 0, got -1", "fix: e.g. --windows 6"),
              (["report", str(out), "--store", str(tmp_path / "nope")], "is not a folder",

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from robowds.export.cli.inspect_window import load_window, random_windows, render_png, summary
+    from robowds.export.cli.inspect_window import load_window, render_png, summary
+    from robowds.export.report.window_samples import random_windows
     from robowds.export.store.location import store_location
 
     args.out = store_location(args.out, storage_options(args))

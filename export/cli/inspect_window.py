@@ -13,8 +13,8 @@ import numpy as np
 
 from robowds.export.errors import UserError
 from robowds.export.output.publish import load_finished_manifest
-from robowds.export.report.window_figure import FRAME_INCHES, GROUP, figure  # noqa: F401 (inspect's names)
-from robowds.export.report.window_samples import check_length, random_windows  # noqa: F401
+from robowds.export.report.window_figure import figure
+from robowds.export.report.window_samples import check_length
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
 from robowds.reader.decode import decode_sample
 from robowds.reader.format import read_sample
