@@ -4,13 +4,16 @@ is the serial one, message for message and in the same order; `scripts/bench_ver
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from robowds.export.check import verify
 from robowds.export.check.result import VerifyResult
+from robowds.export.check.shared_map import map_shared
 from robowds.export.cli.main import main
 
 from exports import export_synthetic
@@ -38,20 +41,63 @@ def test_a_pool_of_two_reports_what_one_process_does(damaged: Path, monkeypatch:
     serial = verify.verify_export(damaged, progress=False, workers=1)
     assert len(serial.failures) >= 4 and serial.shards == 7  # the missing one is not counted as read
     pools: list[int] = []
-    real = verify.make_executor
+    real = verify.map_shared
 
-    def recorded(workers: int):  # type: ignore[no-untyped-def]
-        pools.append(workers)
-        return real(workers)
+    def recorded(fn, tasks, processes, cost):  # type: ignore[no-untyped-def]
+        pools.append(processes)
+        return real(fn, tasks, processes, cost)
 
-    monkeypatch.setattr(verify, "make_executor", recorded)
+    monkeypatch.setattr(verify, "map_shared", recorded)
     monkeypatch.setattr(verify, "PARALLEL_MIN_BYTES", 0)  # this export is small: use the pool anyway
     parallel = verify.verify_export(damaged, progress=False, workers=2)
     assert pools == [2]
     assert parallel.to_json() == serial.to_json() and parallel.render() == serial.render()
     monkeypatch.setattr(verify, "PARALLEL_MIN_BYTES", 1 << 40)
     assert verify.verify_export(damaged, progress=False, workers=2).to_json() == serial.to_json()
-    assert pools == [2, 1]  # under the threshold: in-process
+    assert pools == [2]  # under the threshold: in-process, no pool
+
+
+def _run_where(task: tuple[int, str, int]) -> tuple[int, int, float]:
+    """A map_shared task: (its number, the pid that ran it, when it started). A task run in the pool
+    creates `marker`; one run in the test's process (`here`) first waits (up to 20 s) for the pool to
+    have run one, so both take part whatever the pool's start takes."""
+    number, marker, here = task
+    began = time.monotonic()
+    if os.getpid() == here:
+        for _ in range(2000):
+            if os.path.exists(marker):
+                break
+            time.sleep(0.01)
+    else:
+        Path(marker).touch()
+    return number, os.getpid(), began
+
+
+def _fail_in_pool(task: tuple[int, str, int]) -> int:
+    """A map_shared task that fails in a pool worker only (after `_run_where`'s waiting here)."""
+    number, pid, _ = _run_where(task)
+    if pid != task[2]:
+        raise ValueError(f"task {number} failed in the pool")
+    return number
+
+
+def test_map_shared_runs_here_and_in_the_pool_largest_first_results_in_order(tmp_path: Path) -> None:
+    """This process checks shards too (it starts on the largest at once, while the pool starts), the
+    pool takes the others from the same queue, and the results come back in task order."""
+    tasks = [(i, str(tmp_path / "pool-ran"), os.getpid()) for i in range(8)]
+    results = list(map_shared(_run_where, tasks, 2, cost=lambda task: task[0]))
+    assert [number for number, _, _ in results] == list(range(8))
+    assert {pid for _, pid, _ in results} - {os.getpid()}  # the pool ran some
+    assert os.getpid() in {pid for _, pid, _ in results}  # and so did this process
+    first = min(results, key=lambda r: r[2])
+    assert first[:2] == (7, os.getpid())  # the largest task, here, before anything else started
+
+
+def test_map_shared_raises_a_pool_tasks_error_here(tmp_path: Path) -> None:
+    """An error in a pool worker's task is raised here, as the serial check would raise it."""
+    tasks = [(i, str(tmp_path / "pool-ran"), os.getpid()) for i in range(6)]
+    with pytest.raises(ValueError, match=r"task \d+ failed in the pool"):
+        list(map_shared(_fail_in_pool, tasks, 2, cost=lambda task: 0))
 
 
 def test_keys_are_unique_across_shards_in_shard_order() -> None:

@@ -29,9 +29,9 @@ from PIL import Image
 
 from robowds.export.check.derived import check_derived
 from robowds.export.check.result import VerifyResult
+from robowds.export.check.shared_map import map_shared
 from robowds.export.check.since import shards_to_check
 from robowds.export.errors import UserError
-from robowds.export.executors.executor import make_executor
 from robowds.export.output.publish import load_finished_manifest
 from robowds.export.progress import progress_bar
 from robowds.export.store.location import RemoteStoreError, StoreLocation, store_location
@@ -238,18 +238,27 @@ class ShardReplay:
 
 
 def check_shards(tasks: list[ShardTask], result: VerifyResult, workers: int, progress: bool) -> None:
-    """Check `tasks` with `workers` processes (in-process for 1, or for less than `PARALLEL_MIN_BYTES`
-    of shards, where starting a pool costs more than it saves), results folded in task order."""
+    """Check `tasks` with `workers` processes, this one included (`map_shared`: this process and a pool
+    of `workers - 1`, largest shards first), in-process alone for 1 or for less than
+    `PARALLEL_MIN_BYTES` of shards, where starting a pool costs more than it saves; results folded in
+    task order whatever finished first."""
     replay = ShardReplay(result)
     parallel = workers > 1 and len(tasks) > 1 and sum(t.shard.bytes for t in tasks) >= PARALLEL_MIN_BYTES
-    executor = make_executor(min(workers, len(tasks)) if parallel else 1)
+    checks = (map_shared(check_shard, tasks, min(workers, len(tasks)), cost=_shard_bytes) if parallel
+              else map(check_shard, tasks))
+    bar = progress_bar(checks, total=len(tasks), desc="verify", unit="shard", disable=not progress)
     try:
-        checks = executor.map_ordered(check_shard, tasks)  # at most 2 x workers shards in memory
-        for task, check in zip(tasks, progress_bar(checks, total=len(tasks), desc="verify", unit="shard",
-                                                   disable=not progress)):
+        for task, check in zip(tasks, bar):
             replay.add(task.shard.path, check)
     finally:
-        executor.close()
+        close = getattr(checks, "close", None)
+        if close is not None:  # a pool's: stops it now, also when a check raised
+            close()
+
+
+def _shard_bytes(task: ShardTask) -> int:
+    """What checking a shard costs, for `map_shared`'s largest-first order: its size."""
+    return task.shard.bytes
 
 
 def _check_side_files(root: StoreLocation, manifest: dict[str, Any], result: VerifyResult) -> None:
