@@ -70,6 +70,10 @@ class ShardDataset(IterableDataset):
     keywords raise a TypeError naming their new form: reader/old_keywords.py).
     """
 
+    # Internal, not an option: bench_read's paired A/B (`--release-pairs`) turns it off on an instance to
+    # measure what letting go of consumed pages costs (reader/release.py); every reader keeps it on.
+    _release_pages = True
+
     @refuse_old_keywords("ShardDataset", {**{f.name: REMOTE for f in dataclasses.fields(Remote)},
                                            **dict.fromkeys(("batch_size", "drop_last", "collate_fn"), BATCHING)})
     def __init__(self, source: str | os.PathLike[str], split: str = "train", *, shuffle: bool = True, seed: int = 0,
@@ -340,7 +344,7 @@ class ShardDataset(IterableDataset):
                 yield self._decode(source, decoder, shard, start, size, pending, raw, pulse)
             return
         window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, (path, stop) | error)
-        behind = ReleaseBehind(source.release, keep=self.batch_size)
+        behind = ReleaseBehind(source.release, keep=self.batch_size) if self._release_pages else None
         ahead = 0  # bytes in `window`
         upcoming = iter(ids)
         waiting = next(upcoming, None)  # the next sample id not yet in `window`
@@ -364,7 +368,7 @@ class ShardDataset(IterableDataset):
             shard, start, size, pending = window.popleft()
             ahead -= size
             yield self._decode(source, decoder, shard, start, size, pending, raw, pulse)
-            if shard is not None:  # its pages leave RSS once it is far enough behind (reader/release.py)
+            if shard is not None and behind is not None:  # its pages leave RSS once far behind (reader/release.py)
                 behind.consumed(shard.path, start, start + size)
 
     def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,

@@ -51,22 +51,34 @@ class ReleaseBehind:
                  chunk_bytes: int = RELEASE_CHUNK_BYTES) -> None:
         self.release, self.lag_bytes, self.keep = release, int(lag_bytes), max(1, int(keep))
         self.chunk_bytes = int(chunk_bytes)
-        self._ranges: deque[tuple[str, int, int, int]] = deque()  # (path, start, stop, sample bytes): aligned
+        self._limit = self.lag_bytes + self.chunk_bytes  # behind more than this: release down to the lag
+        self._ranges: deque[tuple[str, int, int]] = deque()  # (path, start, stop) as handed out, oldest first
         self._bytes = 0  # consumed sample bytes in `_ranges`
         self.released = 0  # bytes handed to `release` (aligned spans), for tests and benchmarks
 
     def consumed(self, path: str, start: int, stop: int) -> None:
-        """Sample bytes [start, stop) of shard `path` have been handed out."""
-        self._ranges.append((path, start - start % FAULT_AROUND, stop + (-stop) % FAULT_AROUND, stop - start))
+        """Sample bytes [start, stop) of shard `path` have been handed out. Called once per sample, so
+        it only records the range (~0.5 us); aligning and grouping wait for `_release_oldest`, once per
+        chunk."""
+        self._ranges.append((path, start, stop))
         self._bytes += stop - start
-        if self._bytes <= self.lag_bytes + self.chunk_bytes or len(self._ranges) <= self.keep:
-            return
+        if self._bytes > self._limit and len(self._ranges) > self.keep:
+            self._release_oldest()
+
+    def _release_oldest(self) -> None:
+        """Release the oldest ranges until `lag_bytes` (and at least `keep` samples) are left: one
+        FAULT_AROUND-aligned span per shard."""
         spans: dict[str, list[int]] = {}  # shard -> [first byte, end] of its ranges going now
-        while self._bytes > self.lag_bytes and len(self._ranges) > self.keep:
-            path, low, high, size = self._ranges.popleft()
-            self._bytes -= size
-            span = spans.setdefault(path, [low, high])
-            span[0], span[1] = min(span[0], low), max(span[1], high)
+        ranges = self._ranges
+        while self._bytes > self.lag_bytes and len(ranges) > self.keep:
+            path, start, stop = ranges.popleft()
+            self._bytes -= stop - start
+            span = spans.get(path)
+            if span is None:
+                spans[path] = [start, stop]
+            else:
+                span[0], span[1] = min(span[0], start), max(span[1], stop)
         for path, (low, high) in spans.items():
+            low, high = low - low % FAULT_AROUND, high + (-high) % FAULT_AROUND
             self.release(path, low, high)
             self.released += high - low

@@ -57,7 +57,16 @@ What it does, in one run:
    `load_state_dict` to the first batch is reported (num_workers 0 and 2; with 2 it includes starting
    the worker processes). It must not grow with the position.
 
-4. The time to build one epoch's plan (`robowds.reader.plan.rank_sequence`) for `--plan-samples` (10M) samples.
+4. What letting go of consumed mapped pages costs (`reader/release.py`, issue 26 item 3): a paired A/B
+   on the large export, `--release-pairs` pairs of whole `ShardDataset` passes (every page touched,
+   as the samples row), one with release on and one with it off (the dataset's internal
+   `_release_pages`), their order alternating pair to pair; CPU time of each pass by
+   `time.process_time` (system time included: madvise, page faults, and the munmap of the shards'
+   mappings when the pass's source is dropped at its end, which "off" pays instead) and minor faults by
+   `getrusage`. Reported: the median of the pairs' on / off ratios, and best on / best off.
+   `--release-only` exports only the large set and runs only this.
+
+5. The time to build one epoch's plan (`robowds.reader.plan.rank_sequence`) for `--plan-samples` (10M) samples.
 
 After each table the script prints the issue-16 target ratios directly: ShardLoader workers=2 /
 workers=0 (target >= 50% for large samples, >= 80% for small), each of our rows / "raw fresh"
@@ -85,6 +94,8 @@ import math
 import mmap
 import os
 import pstats
+import resource
+import statistics
 import tempfile
 import time
 import warnings
@@ -652,9 +663,41 @@ def profile_small(ex: Export, top: int) -> None:
                         if line.strip() and "Ordered by" not in line and "List reduced" not in line))
 
 
+def release_pass(ex: Export, release: bool) -> tuple[float, int]:
+    """(CPU seconds, minor faults) of one whole pass of `ShardDataset` samples, every page touched,
+    with the release of consumed pages on or off; the source (and its mappings) is dropped inside."""
+    ds = ShardDataset(ex.out, "train", seed=0)
+    ds._release_pages = release  # internal: only this A/B turns it off
+    faults, began = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time()
+    for sample in ds:
+        touch(sample)
+    return time.process_time() - began, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def release_ab(ex: Export, pairs: int, report: benchlib.Report) -> None:
+    """Paired A/B of releasing consumed pages (see the module docstring, 4.): CPU time on / off."""
+    runs: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
+    release_pass(ex, True)  # imports, first mappings and page cache settled before the first pair
+    for pair in range(pairs):
+        for release in ((True, False) if pair % 2 == 0 else (False, True)):
+            runs[release].append(release_pass(ex, release))
+        on, off = runs[True][-1], runs[False][-1]
+        print(f"pair {pair + 1}: on {on[0] * 1e3:.1f} ms ({on[1]} faults), off {off[0] * 1e3:.1f} ms ({off[1]} "
+              f"faults): {on[0] / off[0]:.3f}, {benchlib.load()}", flush=True)
+    ratios = [on[0] / off[0] for on, off in zip(runs[True], runs[False])]
+    best_on, best_off = (min(cpu for cpu, _ in runs[flag]) for flag in (True, False))
+    print(f"release on / off, CPU per pass of {ex.samples} samples ({ex.bytes / 1e6:.0f} MB): median of {pairs} "
+          f"paired ratios {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); best "
+          f"{best_on * 1e3:.1f} / {best_off * 1e3:.1f} ms = {best_on / best_off:.3f}")
+    report.add(f"release pages: CPU of a zero-copy pass, on / off (median of {pairs} pairs)",
+               statistics.median([cpu for cpu, _ in runs[True]]), "s",
+               baseline=statistics.median([cpu for cpu, _ in runs[False]]), ratio=statistics.median(ratios),
+               target="within noise")
+
+
 def main() -> None:
     parser = benchlib.parser(__doc__, repeats=2, quick={"episodes": 4, "min_s": 0.05, "max_s": 0.2, "repeats": 1,
-                                                        "plan_samples": 100_000})
+                                                        "plan_samples": 100_000, "release_pairs": 2})
     parser.add_argument("--episodes", type=int, default=120, help="synthetic store size (both exports)")
     parser.add_argument("--large-stride", type=int, default=16, help="anchor stride of the large export")
     parser.add_argument("--imu-seconds", type=float, default=100.0, help="IMU window of the large export (200 Hz)")
@@ -666,6 +709,10 @@ def main() -> None:
     parser.add_argument("--ours-only", action="store_true",
                         help="skip the webdataset and wids rows (and their value check): raw, limits and ours only")
     parser.add_argument("--top", type=int, default=18, help="cProfile entries to print")
+    parser.add_argument("--release-pairs", type=int, default=10,
+                        help="pairs of passes (release on / off) in the page-release A/B (0: skip it)")
+    parser.add_argument("--release-only", action="store_true",
+                        help="export only the large set and run only the page-release A/B")
     args = benchlib.parse(parser)
     report = benchlib.Report("bench_read", args)
 
@@ -674,10 +721,16 @@ def main() -> None:
         store = Path(tmp) / "store"
         summary = write_synthetic_store(store, episodes=args.episodes, seed=0)
         print(f"store: {summary.episodes} episodes, {summary.total_seconds:.0f} s of data")
-        small = export(store, Path(tmp) / "small", "small", [ALL_BUT_JOINTS, "shard.max_samples=1024"])
         large = export(store, Path(tmp) / "large", "large", [
             "exclude=[overview]", "streams.imu.rate_hz=200", f"streams.imu.duration_s={args.imu_seconds:g}",
             f"stride={args.large_stride}", "shard.max_samples=64"])
+        if args.release_only:
+            print(f"large: {large.samples} samples in {len(large.urls)} shards, {large.bytes / 1e6:.1f} MB")
+            sum(raw_pass(large.urls))  # warm the page cache
+            release_ab(large, args.release_pairs, report)
+            report.finish()
+            return
+        small = export(store, Path(tmp) / "small", "small", [ALL_BUT_JOINTS, "shard.max_samples=1024"])
         for ex in (small, large):
             print(f"{ex.name}: {ex.samples} samples in {len(ex.urls)} shards, {ex.bytes / 1e6:.1f} MB, "
                   f"{ex.per_sample:,.0f} bytes/sample (manifest)")
@@ -697,6 +750,9 @@ def main() -> None:
             print_targets(rows, ex)
             report_figures(report, rows, ex)
             wids_ds.close()
+        if args.release_pairs:
+            print()
+            release_ab(large, args.release_pairs, report)
         print()
         for ex in (small, large):
             print_resume(ex, args.repeats)

@@ -48,8 +48,9 @@ def main() -> None:
         for pair in range(args.repeats):
             for workers in runs:
                 runs[workers].append(benchlib.timed(lambda: run(workers), 1).best)
-            print(f"pair {pair + 1}: 1 worker {runs[1][-1]:.2f} s, {args.workers} workers {runs[args.workers][-1]:.2f} s "
-                  f"({runs[1][-1] / runs[args.workers][-1]:.2f}x), {benchlib.load()}", flush=True)
+            one_s, many_s = runs[1][-1], runs[args.workers][-1]
+            print(f"pair {pair + 1}: 1 worker {one_s:.2f} s, {args.workers} workers {many_s:.2f} s "
+                  f"({one_s / many_s:.2f}x), {benchlib.load()}", flush=True)
         one, many = benchlib.Timing(tuple(runs[1])), benchlib.Timing(tuple(runs[args.workers]))
         assert results[1].to_json() == results[args.workers].to_json() and results[1].ok
         print(f"1 worker {one.best:.2f} s, {args.workers} workers {many.best:.2f} s: {one.best / many.best:.2f}x "

@@ -126,3 +126,17 @@ def test_random_access_lets_go_of_what_it_read(large_export: Path) -> None:
         touch_pages(ds[i])
         peak = max(peak, rss_file() - base)
     assert peak < RELEASE_LAG_BYTES + RELEASE_CHUNK_BYTES + 8 * MB, f"mapped pages grew by {peak / MB:.0f} MiB"
+
+
+def test_the_benchmarks_switch_keeps_every_page_read(large_export: Path) -> None:
+    """`_release_pages = False` (internal: bench_read's paired A/B of what releasing costs) reads the
+    same samples and lets the mapped pages grow to the export's size, as before reader/release.py."""
+    ds = ShardDataset(large_export, "train", seed=0)
+    ds._release_pages = False
+    samples = iter(ds)
+    touch_pages(next(samples))
+    base, peak = rss_file(), 0
+    for sample in samples:
+        touch_pages(sample)
+        peak = max(peak, rss_file() - base)
+    assert peak > RELEASE_LAG_BYTES + RELEASE_CHUNK_BYTES + READ_AHEAD_BYTES + 8 * MB  # the bound released reads keep
