@@ -61,6 +61,8 @@ def map_shared(fn: Callable[[T], R], tasks: Sequence[T], processes: int,
     """`fn` over `tasks` on this process and a pool of `processes - 1` (>= 1) at once, largest `cost`
     first; yields the results in task order. An exception from `fn`, here or in the pool, is raised
     here (the pool's after its tasks in flight end); closing the iterator early stops the pool."""
+    if not tasks:
+        return
     order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i]))
     shared: _Shared[R] = _Shared(order)
 
@@ -79,8 +81,10 @@ def map_shared(fn: Callable[[T], R], tasks: Sequence[T], processes: int,
                 shared.changed.notify()
 
     feeder = threading.Thread(target=feed, name="robowds-verify-pool", daemon=True)
+    first = shared.queue.popleft()  # the largest is this process's, taken before the pool can take it
     feeder.start()
     try:
+        shared.put(first, fn(tasks[first]))
         for index in range(len(tasks)):
             while index not in shared.done:
                 try:
