@@ -39,13 +39,15 @@ class ReleaseBehind:
     behind, the oldest go until `lag_bytes` (and at least `keep` samples) are left: one release per
     shard, of the span from the first to the last byte of its ranges going.
 
-    Why spans and not each sample's range: one madvise costs ~10-30 us on the 2-core VM whatever its
-    length (the system call and the TLB flush; zapping the page table entries is cheap), against ~140
-    us to read a 500 KB sample from the page cache, so one call per sample slowed the zero-copy
-    sample loop by ~20% of its CPU time, one per shard and chunk by about half that. A span may cover
-    samples consumed more recently, or not yet: their pages are dropped too, which is safe (they fault
-    back in when touched) and rare to matter (it costs a minor fault where such a sample is read
-    again). Memory: one tuple per sample within lag + chunk."""
+    Why spans, a chunk at a time: one madvise is a system call and a TLB flush (1-8 us measured on the
+    2-core VM; zapping a large folio's page table entries is cheap), against ~150 us to read a 500 KB
+    sample. A span may cover samples consumed more recently, or not yet: their pages are dropped too,
+    which is safe (they fault back in when touched). What releasing does cost (~11% of a touch-only
+    zero-copy pass's CPU, paired A/B in `scripts/bench_read.py --release-only`) is mostly not the
+    calls: about half is the widened blocks' pages of neighbours not read yet faulting in a second
+    time. That is the price of flat RSS: releasing only each sample's own pages faults no page twice,
+    but keeps the neighbours' pages a read mapped until those are read, or forever where this reader
+    never reads them, a growth with the export's size (docs/benchmark-runs/read.md). Memory: one tuple per sample within lag + chunk."""
 
     def __init__(self, release: Release, lag_bytes: int = RELEASE_LAG_BYTES, keep: int = 1,
                  chunk_bytes: int = RELEASE_CHUNK_BYTES) -> None:
