@@ -47,7 +47,8 @@ class ReleaseBehind:
     calls: about half is the widened blocks' pages of neighbours not read yet faulting in a second
     time. That is the price of flat RSS: releasing only each sample's own pages faults no page twice,
     but keeps the neighbours' pages a read mapped until those are read, or forever where this reader
-    never reads them, a growth with the export's size (docs/benchmark-runs/read.md). Memory: one tuple per sample within lag + chunk."""
+    never reads them, a growth with the export's size (docs/benchmark-runs/read.md).
+    Memory: one tuple per sample within lag + chunk."""
 
     def __init__(self, release: Release, lag_bytes: int = RELEASE_LAG_BYTES, keep: int = 1,
                  chunk_bytes: int = RELEASE_CHUNK_BYTES) -> None:
