@@ -29,6 +29,8 @@ from robowds.export.errors import UserError
 from robowds.export.job.episode_facts import EpisodeFacts, decode_facts, read_episode_facts
 from robowds.export.store.location import store_location
 
+from old_exports import without_episode_facts
+
 SETTINGS = ["--quiet", "--workers", "1", "--set", "window.duration_s=0.4", "--set", "stride=8",
             "--set", "on_bad_episode=skip"]
 # ep_0003's 1e200 actions overflow the float32 cast and their squares: why they are refused
@@ -183,11 +185,7 @@ def test_a_damaged_file_is_refused_by_the_reader_and_verify(made: dict, tmp_path
 def test_an_export_without_the_file_reads_as_none(made: dict, tmp_path: Path) -> None:
     """An export made before the facts file: no `files.episode_facts`; verify passes, the reader gives None."""
     out = tmp_path / "o"
-    shutil.copytree(made["out"], out)
-    manifest = json.loads((out / "manifest.json").read_bytes())
-    del manifest["files"]["episode_facts"]
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    (out / "episode-facts.msgpack").unlink()
+    manifest = without_episode_facts(made["out"], out)
     assert read_episode_facts(store_location(out), manifest) is None
     assert verify_export(out, progress=False).ok
 

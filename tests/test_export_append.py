@@ -35,6 +35,7 @@ from robowds.reader import ShardIndex
 from robowds.reader.keys import encode_key_index, key_hashes
 
 from kills import WORK, run_and_kill_in, run_paused_in
+from old_exports import without_episode_facts
 
 SETTINGS = ["splits={train: rest, val: 0.3}", "window.duration_s=0.4", "stride=8", "shard.min_shards=2"]
 
@@ -253,11 +254,7 @@ def test_append_to_an_export_without_episode_facts_writes_none(grown: dict[str, 
     """An export made before episode-facts.msgpack appends; its old episodes' facts are not known without
     reading them again, so the appended export lists no facts file either (docs/output-format.md)."""
     out = tmp_path / "o"
-    shutil.copytree(grown["o4"], out)
-    doc = json.loads((out / "manifest.json").read_bytes())
-    del doc["files"]["episode_facts"]
-    (out / "manifest.json").write_text(json.dumps(doc))
-    (out / "episode-facts.msgpack").unlink()
+    without_episode_facts(grown["o4"], out)
     assert _cli(grown["s7"], out, "--append") == 0
     manifest = json.loads((out / "manifest.json").read_bytes())
     assert "episode_facts" not in manifest["files"] and not (out / "episode-facts.msgpack").exists()

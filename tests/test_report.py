@@ -28,6 +28,7 @@ from robowds.export.report.pictures import window_figures
 from robowds.export.store.location import store_location
 
 from browser import Browser
+from old_exports import without_episode_facts
 from realdata import real_path
 
 SETTINGS = ["--quiet", "--workers", "1", "--stride", "8", "--set", "shard.min_shards=1",
@@ -218,10 +219,7 @@ def test_a_page_of_an_export_made_before_the_facts_file(export: tuple[Path, Path
     """An export without episode-facts.msgpack (robowds before it): the page says which columns it lacks."""
     _, out = export
     old = tmp_path / "old"
-    shutil.copytree(out, old)
-    manifest = manifest_of(old)
-    (old / manifest["files"].pop("episode_facts")["path"]).unlink()
-    (old / "manifest.json").write_text(json.dumps(manifest))
+    without_episode_facts(out, old)
     assert run(["report", str(old), "--windows", "0"], capsys)[0] == 0
     text = (old / "report.html").read_text()
     assert "Not recorded by this export" in text and "episode duration, warnings, source rate, gaps" in text

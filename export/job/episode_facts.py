@@ -30,6 +30,7 @@ import msgpack
 import numpy as np
 
 from robowds.export.errors import UserError
+from robowds.export.job.msgpack_doc import checked_doc
 from robowds.reader.manifest import MANIFEST_NAME, ManifestError, safe_relative
 
 if TYPE_CHECKING:
@@ -129,12 +130,7 @@ def encode_facts(facts: EpisodeFacts) -> bytes:
 def decode_facts(data: bytes, where: str = FACTS_PATH) -> EpisodeFacts:
     """The facts from `episode-facts.msgpack`'s bytes; ValueError naming `where` when they are not a
     version 1 facts file or its columns disagree in length."""
-    try:
-        doc = msgpack.unpackb(data, raw=False)
-    except (ValueError, msgpack.UnpackException) as exc:
-        raise ValueError(f"{where} is not msgpack: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("format") != FACTS_FORMAT or doc.get("version") != FACTS_VERSION:
-        raise ValueError(f"{where} is not a {FACTS_FORMAT} version {FACTS_VERSION} file")
+    doc = checked_doc(data, FACTS_FORMAT, FACTS_VERSION, where)
     try:
         ids, fields, splits = list(doc["episode_id"]), list(doc["fields"]), list(doc["splits"])
         rows, width = len(ids), len(fields)

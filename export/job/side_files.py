@@ -41,6 +41,7 @@ import numpy as np
 from robowds.export.core.stats import FieldStats
 from robowds.export.job.episode_facts import FACTS, FACTS_PATH, EpisodeFacts, encode_facts
 from robowds.export.job.episode_facts_gather import facts_of
+from robowds.export.job.msgpack_doc import checked_doc
 from robowds.export.job.report_state import report_parts
 
 EPISODES = "episodes"  # manifest `files` keys
@@ -96,13 +97,7 @@ def encode_episodes(entries: list[EpisodeEntry], declarations: str | None = None
 
 
 def _checked(data: bytes, fmt: str, where: str) -> dict[str, Any]:
-    try:
-        doc = msgpack.unpackb(data, raw=False)
-    except (ValueError, msgpack.UnpackException) as exc:
-        raise ValueError(f"{where} is not msgpack: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("format") != fmt or doc.get("version") != VERSION:
-        raise ValueError(f"{where} is not a {fmt} version {VERSION} file")
-    return doc
+    return checked_doc(data, fmt, VERSION, where)
 
 
 def decode_episodes(data: bytes, where: str = PATHS[EPISODES]) -> dict[str, EpisodeEntry]:

@@ -8,13 +8,15 @@ UserError (the manifest promised it).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from robowds.export.errors import UserError
 from robowds.export.job.side_files import (EPISODES, STATS_STATE, EpisodeEntry, decode_episodes,
                                            load_stats_state)
 from robowds.reader.manifest import MANIFEST_NAME
 from robowds.export.store.location import RemoteStoreError, StoreLocation
+
+T = TypeVar("T")
 
 
 def _side_file(out: StoreLocation, manifest: dict[str, Any], key: str) -> tuple[bytes, str] | None:
@@ -28,26 +30,26 @@ def _side_file(out: StoreLocation, manifest: dict[str, Any], key: str) -> tuple[
                         hint="run `robowds verify OUT` to see what is damaged, then export again") from exc
 
 
-def read_stats_state(out: StoreLocation, manifest: dict[str, Any]) -> dict[str, dict[str, dict]] | None:
-    """split -> statistics key -> merged state; None for an export made before the file."""
-    found = _side_file(out, manifest, STATS_STATE)
+def _decoded(out: StoreLocation, manifest: dict[str, Any], key: str, decode: Callable[[bytes, str], T]) -> T | None:
+    """A side file's decoded content; None for an export made before the file; a damaged one is a
+    UserError naming it."""
+    found = _side_file(out, manifest, key)
     if found is None:
         return None
     try:
-        return load_stats_state(*found)
+        return decode(*found)
     except ValueError as exc:
         raise UserError(str(exc), hint="run `robowds verify OUT` to see what is damaged, then export again") from exc
+
+
+def read_stats_state(out: StoreLocation, manifest: dict[str, Any]) -> dict[str, dict[str, dict]] | None:
+    """split -> statistics key -> merged state; None for an export made before the file."""
+    return _decoded(out, manifest, STATS_STATE, load_stats_state)
 
 
 def read_episodes(out: StoreLocation, manifest: dict[str, Any]) -> dict[str, EpisodeEntry] | None:
     """episode id -> its row of `episodes.msgpack`; None for an export made before the file."""
-    found = _side_file(out, manifest, EPISODES)
-    if found is None:
-        return None
-    try:
-        return decode_episodes(*found)
-    except ValueError as exc:
-        raise UserError(str(exc), hint="run `robowds verify OUT` to see what is damaged, then export again") from exc
+    return _decoded(out, manifest, EPISODES, decode_episodes)
 
 
 def written_at(out: StoreLocation) -> str | None:
