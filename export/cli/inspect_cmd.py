@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from robowds.export.cli.inspect_window import load_window, render_png, summary
-    from robowds.export.report.window_samples import random_windows
+    from robowds.export.output.publish import load_finished_manifest
+    from robowds.export.report.window_samples import random_windows, read_windows
     from robowds.export.store.location import store_location
 
     args.out = store_location(args.out, storage_options(args))
@@ -33,9 +34,11 @@ def run(args: argparse.Namespace) -> int:
     if args.out_dir is not None:
         if args.count < 1:
             raise UserError(f"--count must be >= 1, got {args.count}", hint="e.g. --count 8 (one PNG per window)")
+        indices = random_windows(args.out, args.split, args.count, args.seed)
+        manifest = load_finished_manifest(args.out)
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        for index in random_windows(args.out, args.split, args.count, args.seed):
-            manifest, sample = load_window(args.out, args.split, None, index)
+        # each shard holding a drawn window is read once, and only those windows' bytes
+        for sample in read_windows(args.out, manifest, args.split, indices):
             path = args.out_dir / f"{sample['__key__']}.png"
             render_png(manifest, sample, path)
             print(f"wrote {path}")
