@@ -228,3 +228,23 @@ def test_a_cut_shard_is_refused_as_inspect_refuses_it(export, tmp_path: Path) ->
     assert caught.value.message.startswith(f"shard {shard['path']} is cut short ({len(data) - 2048} of {len(data)} "
                                         "bytes): sample ")
     assert caught.value.hint == f"`robowds verify {copy}` checks every shard; export again to repair it"
+
+
+def test_a_window_with_more_plots_than_the_bound_draws_whole_fields_and_names_the_rest() -> None:
+    """A window of 14 one-dimensional streams: the report's picture draws the first MAX_PLOTS (12) whole
+    fields, its height is that of 12 plots, and its caption and alt text name the two left out."""
+    from PIL import Image
+
+    from robowds.export.report.pictures import WINDOW_DPI, window_figure
+    from robowds.export.report.window_figure import MAX_PLOTS
+
+    names = [f"s{i:02d}" for i in range(MAX_PLOTS + 2)]
+    manifest = {"schema": {n: {"kind": "timeseries", "rate_hz": 10.0, "offset_s": 0.0, "names": [n]} for n in names}}
+    sample = {"__key__": "ep_0000_000003", **{n: np.full((10, 1), i, np.float32) for i, n in enumerate(names)},
+              **{f"{n}_mask": np.ones(10, bool) for n in names}}
+    picture = window_figure(manifest, "train", sample)
+    assert picture.title == ("ep_0000_000003 (train); not drawn here: s12, s13 (`robowds inspect OUT --key KEY "
+                             "--png FILE` draws every field)")
+    assert picture.alt.endswith(" Not drawn here: s12, s13.") and "s11 " in picture.alt and "s12 " not in picture.alt
+    height = Image.open(io.BytesIO(picture.png)).size[1]
+    assert height == round((2.2 * MAX_PLOTS + 0.8) * WINDOW_DPI)

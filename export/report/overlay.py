@@ -24,7 +24,7 @@ from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.errors import EpisodeError, UserError
 from robowds.export.report.parts import Figure
 from robowds.export.report.png import dims_text, png_bytes, pyplot, steps_text
-from robowds.export.report.window_figure import GROUP
+from robowds.export.report.window_figure import GROUP, drawn_series, left_out_note, without_fields
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.location import StoreLocation
 from robowds.export.store.schema import open_store
@@ -103,12 +103,16 @@ def overlay_pictures(manifest: dict[str, Any], store: StoreLocation, split: str,
     if not samples:
         return []
     episodes = load_episodes(store, manifest, sorted({s["meta"]["episode_id"] for s in samples}))
-    return [overlay_figure(manifest, split, s, stream_overlays(manifest, s, episodes[s["meta"]["episode_id"]]))
-            for s in samples]
+    pictures = []
+    for s in samples:
+        _, left = drawn_series(manifest, s)
+        overlays = stream_overlays(manifest, without_fields(s, left), episodes[s["meta"]["episode_id"]])
+        pictures.append(overlay_figure(manifest, split, s, overlays, left))
+    return pictures
 
 
 def overlay_figure(manifest: dict[str, Any], split: str, sample: dict[str, Any],
-                   overlays: list[StreamOverlay]) -> Figure:
+                   overlays: list[StreamOverlay], left: list[str] | None = None) -> Figure:
     """The picture: one axis per field and group of up to GROUP dimensions, each dimension in one
     colour: the exported line (gaps at padded steps, shaded grey) and the source samples as circles."""
     plt = pyplot()
@@ -152,4 +156,7 @@ def overlay_figure(manifest: dict[str, Any], split: str, sample: dict[str, Any],
            "clock): per time series, the exported values as lines (valid steps only) and the store's samples "
            "in and around the window as circles of the same colour, over seconds from the anchor: "
            + ("; ".join(described) if described else "no time series of this window is in the store") + ".")
-    return Figure(title=f"{key} ({split}): exported vs source", alt=alt, png=png_bytes(fig, OVERLAY_DPI))
+    left = left or []
+    alt += f" Not drawn here: {', '.join(left)}." if left else ""
+    return Figure(title=f"{key} ({split}): exported vs source{left_out_note(left)}", alt=alt,
+                  png=png_bytes(fig, OVERLAY_DPI))

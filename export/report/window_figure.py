@@ -12,11 +12,46 @@ from typing import Any
 import numpy as np
 
 from robowds.export.errors import UserError
+from robowds.reader.format import mask_field
 
 
 GROUP = 8  # dimensions per plot: more lines than this are unreadable in one axis, so they get several
 MAX_FRAMES = 8  # camera frames drawn per window (evenly spaced when the window has more)
 FRAME_INCHES = 2.4  # per frame: ~240 px at the PNG's 100 dpi, enough to see the scene
+# time-series plots per report picture. Why a bound: matplotlib's cost is per plot (ticks, legend,
+# text: ~0.1-0.2 s each), and the bridge RLDS export's 20 fields make 71 plots: 16 s a window and 21 s
+# an overlay (CPU, loaded machine), 4 minutes for the default page. inspect --png draws every field.
+MAX_PLOTS = 12
+
+
+def drawn_series(manifest: dict[str, Any], sample: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(drawn, left out): the window's time-series fields in schema order, whole fields kept while
+    their plots (one per `GROUP` dimensions) fit in `MAX_PLOTS`."""
+    drawn: list[str] = []
+    left: list[str] = []
+    plots = 0
+    for name, spec in manifest["schema"].items():
+        if spec["kind"] != "timeseries" or name not in sample:
+            continue
+        need = max(1, -(-sample[name].shape[1] // GROUP))
+        if plots + need <= MAX_PLOTS:
+            drawn.append(name)
+            plots += need
+        else:
+            left.append(name)
+    return drawn, left
+
+
+def without_fields(sample: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The sample without these fields' values and masks (what a picture leaves out)."""
+    gone = {*names, *(mask_field(n) for n in names)}
+    return {k: v for k, v in sample.items() if k not in gone}
+
+
+def left_out_note(left: list[str]) -> str:
+    """The caption's words for fields a report picture leaves out ('' when none)."""
+    return (f"; not drawn here: {', '.join(left)} (`robowds inspect OUT --key KEY --png FILE` draws every field)"
+            if left else "")
 
 
 def figure(manifest: dict[str, Any], sample: dict[str, Any]) -> Any:
