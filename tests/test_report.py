@@ -354,6 +354,23 @@ def test_html_option_and_errors(export: tuple[Path, Path], tmp_path: Path,
     assert rc == 0 and "Run robowds report OUT --store" not in target.read_text()
 
 
+def test_a_damaged_side_file_is_refused_naming_it(export: tuple[Path, Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The side files are read as the manifest lists them (job/listed_file.py): bytes whose sha256 is
+    not the listed one are refused, not drawn from."""
+    _, out = export
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    state = copy / "stats-state.msgpack"
+    data = bytearray(state.read_bytes())
+    data[-1] ^= 0xFF
+    state.write_bytes(bytes(data))
+    rc, stdout, err = run(["report", str(copy), "--windows", "0"], capsys)
+    assert rc == 2 and stdout == ""
+    assert (f"robowds report: error: {state} is damaged: its sha256 differs from the manifest's "
+            "(files.stats_state)") in err and "fix: export again" in err
+
+
 def test_verify_reexport_and_append_leave_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """report.html is robowds's but not the export's: verify ignores it, a re-run, an append and an
     overwrite keep it."""

@@ -30,8 +30,8 @@ import msgpack
 import numpy as np
 
 from robowds.export.errors import UserError
+from robowds.export.job.listed_file import EXPORT_AGAIN, read_listed
 from robowds.export.job.msgpack_doc import checked_doc
-from robowds.reader.manifest import MANIFEST_NAME, ManifestError, safe_relative
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,7 +43,6 @@ FACTS = "episode_facts"  # the manifest's `files` key
 FACTS_PATH = "episode-facts.msgpack"
 FACTS_FORMAT = "robowds-episode-facts"
 FACTS_VERSION = 1
-EXPORT_AGAIN = "export again (a full export of the store into OUT with --overwrite) to write it anew"
 # columns [E, F]: (dtype in the file, little-endian; dtype in memory), in the file's order
 _MATRICES = {"rate_hz": ("<f8", np.float64), "gaps": ("<i8", np.int64), "missing": ("u1", np.bool_),
              "masked_steps": ("<i8", np.int64), "steps": ("<i8", np.int64)}
@@ -162,28 +161,12 @@ def read_episode_facts(out: "StoreLocation | Path | str", manifest: dict[str, An
     when the manifest lists no facts file (an export made before it, or appended to one). A listed file
     that is missing, has another sha256 than the manifest's or does not decode is a UserError naming
     it, with the fix. Cost: one read of the file (~200 bytes per episode) and its sha256."""
-    from robowds.export.store.location import RemoteStoreError, store_location
+    from robowds.export.store.location import store_location
 
-    out = store_location(out)
-
-    entry = manifest.get("files", {}).get(FACTS)
-    if entry is None:
+    found = read_listed(store_location(out), manifest, FACTS)
+    if found is None:
         return None
-    try:
-        rel = safe_relative(entry["path"])
-    except (ManifestError, KeyError, TypeError) as exc:
-        raise UserError(f"{out.join(MANIFEST_NAME)}: files.{FACTS} is not a file inside the export ({exc})",
-                        hint=EXPORT_AGAIN) from exc
-    where = out.join(rel)
-    try:
-        data = out.read_bytes(rel)
-    except FileNotFoundError as exc:
-        raise UserError(f"{where} is missing: the manifest lists it (files.{FACTS})", hint=EXPORT_AGAIN) from exc
-    except RemoteStoreError as exc:  # the export's URL cannot be read (access, network)
-        raise UserError(str(exc), hint=exc.hint) from exc
-    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-        raise UserError(f"{where} is damaged: its sha256 differs from the manifest's (files.{FACTS})",
-                        hint=EXPORT_AGAIN)
+    data, where = found
     try:
         return decode_facts(data, where)
     except ValueError as exc:

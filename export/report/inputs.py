@@ -1,8 +1,8 @@
 """Reading what the report is built from: the export's side files (`episodes.msgpack`,
 `stats-state.msgpack`) through its `StoreLocation`, so a local folder and an `s3://` export read
 alike. An export made before a side file existed has no entry for it in the manifest's `files`:
-that is None here, and the page says what it could not show. A listed file that is damaged is a
-UserError (the manifest promised it).
+that is None here, and the page says what it could not show. A listed file that is outside the
+export, missing, damaged (its sha256) or does not decode is a UserError (`job/listed_file.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, TypeVar
 
 from robowds.export.errors import UserError
+from robowds.export.job.listed_file import EXPORT_AGAIN, read_listed
 from robowds.export.job.side_files import (EPISODES, STATS_STATE, EpisodeEntry, decode_episodes,
                                            load_stats_state)
 from robowds.reader.manifest import MANIFEST_NAME
@@ -19,27 +20,16 @@ from robowds.export.store.location import RemoteStoreError, StoreLocation
 T = TypeVar("T")
 
 
-def _side_file(out: StoreLocation, manifest: dict[str, Any], key: str) -> tuple[bytes, str] | None:
-    entry = manifest.get("files", {}).get(key)
-    if entry is None:
-        return None
-    try:
-        return out.read_bytes(entry["path"]), out.join(entry["path"])
-    except (OSError, RemoteStoreError) as exc:
-        raise UserError(f"{out.join(entry['path'])} listed in the manifest cannot be read: {exc}",
-                        hint="run `robowds verify OUT` to see what is damaged, then export again") from exc
-
-
 def _decoded(out: StoreLocation, manifest: dict[str, Any], key: str, decode: Callable[[bytes, str], T]) -> T | None:
     """A side file's decoded content; None for an export made before the file; a damaged one is a
     UserError naming it."""
-    found = _side_file(out, manifest, key)
+    found = read_listed(out, manifest, key)
     if found is None:
         return None
     try:
         return decode(*found)
     except ValueError as exc:
-        raise UserError(str(exc), hint="run `robowds verify OUT` to see what is damaged, then export again") from exc
+        raise UserError(str(exc), hint=EXPORT_AGAIN) from exc
 
 
 def read_stats_state(out: StoreLocation, manifest: dict[str, Any]) -> dict[str, dict[str, dict]] | None:
