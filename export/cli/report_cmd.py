@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from robowds.export.job.episode_facts import read_episode_facts
+    from robowds.export.output.fsio import fsync_write
     from robowds.export.output.publish import load_finished_manifest
     from robowds.export.report import inputs, pictures
     from robowds.export.report.model import build_model
@@ -70,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
         target = Path(args.html)
         if target.is_dir():
             raise UserError(f"--html {args.html} is a folder", hint=f"give a file name, e.g. {target / REPORT_NAME}")
-        _write_atomic(target, data)
+        fsync_write(target, data)
         where = str(target)
     else:
         if out.local:
-            _write_atomic(out.path / REPORT_NAME, data)
+            fsync_write(out.path / REPORT_NAME, data)
         else:  # one PUT, retried on transient faults; a lasting one is a UserError naming the URL
             RemoteOut(out.url, options).put(REPORT_NAME, data)
         where = out.join(REPORT_NAME)
@@ -102,15 +103,3 @@ def _check_store(store: StoreLocation, given: str, manifest: dict[str, Any]) -> 
                         hint="pass the store the export was made from, unchanged since, or leave --store out")
 
 
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    """A reader (a browser refreshing the page, a mail client attaching it) sees the old page or the
-    new one, never half of one."""
-    import os
-
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
