@@ -101,5 +101,3 @@ def _check_store(store: StoreLocation, given: str, manifest: dict[str, Any]) -> 
         raise UserError(f"--store {given} is not the store this export was made from (its fingerprint "
                         f"{found[:12]}... differs from the manifest's {str(expected)[:12]}...)",
                         hint="pass the store the export was made from, unchanged since, or leave --store out")
-
-
