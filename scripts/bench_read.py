@@ -57,13 +57,17 @@ What it does, in one run:
    `load_state_dict` to the first batch is reported (num_workers 0 and 2; with 2 it includes starting
    the worker processes). It must not grow with the position.
 
-4. What letting go of consumed mapped pages costs (`reader/release.py`, issue 26 item 3): a paired A/B
-   on the large export, `--release-pairs` pairs of whole `ShardDataset` passes (every page touched,
-   as the samples row), one with release on and one with it off (the dataset's internal
-   `_release_pages`), their order alternating pair to pair; CPU time of each pass by
-   `time.process_time` (system time included: madvise, page faults, and the munmap of the shards'
-   mappings when the pass's source is dropped at its end, which "off" pays instead) and minor faults by
-   `getrusage`. Reported: the median of the pairs' on / off ratios, and best on / best off.
+4. What letting go of consumed mapped pages costs (`reader/release.py`, issue 26 item 3): rounds of
+   whole passes over the large export, each round one pass with release on, one with it off and one
+   more with it off (an A/A control: what two identical passes differ by on this machine), in an
+   order rotating round to round; `--release-rounds` rounds. Two paths: `ShardDataset` samples (every
+   page touched, as the samples row: a loop that does nothing but fault pages in, the worst case) and
+   `ShardLoader(batch_size=32, num_workers=0)` batches (the batch row: what a training loop reads).
+   Release is the dataset's internal `_release_pages`. CPU time of each pass by `time.process_time`
+   (system time included: madvise, page faults, and the munmap of the shards' mappings when the
+   pass's source is dropped at its end, which "off" pays instead) and minor faults by `getrusage`.
+   Reported per path: the median of the rounds' on / off ratios against the off / off ratios: "within
+   noise" when it lies inside their middle half (quartiles; a stricter test than their whole range).
    `--release-only` exports only the large set and runs only this.
 
 5. The time to build one epoch's plan (`robowds.reader.plan.rank_sequence`) for `--plan-samples` (10M) samples.
@@ -663,41 +667,53 @@ def profile_small(ex: Export, top: int) -> None:
                         if line.strip() and "Ordered by" not in line and "List reduced" not in line))
 
 
-def release_pass(ex: Export, release: bool) -> tuple[float, int]:
-    """(CPU seconds, minor faults) of one whole pass of `ShardDataset` samples, every page touched,
-    with the release of consumed pages on or off; the source (and its mappings) is dropped inside."""
+def release_pass(ex: Export, release: bool, batches: bool) -> tuple[float, int]:
+    """(CPU seconds, minor faults) of one whole pass, samples (every page touched) or batches of 32
+    (workers 0), with the release of consumed pages on or off; the source (and its mappings) is
+    dropped inside."""
     ds = ShardDataset(ex.out, "train", seed=0)
     ds._release_pages = release  # internal: only this A/B turns it off
     faults, began = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time()
-    for sample in ds:
-        touch(sample)
+    if batches:
+        for batch in ShardLoader(ds, batch_size=BATCH):
+            count_batch(batch)
+    else:
+        for sample in ds:
+            touch(sample)
     return time.process_time() - began, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
 
-def release_ab(ex: Export, pairs: int, report: benchlib.Report) -> None:
-    """Paired A/B of releasing consumed pages (see the module docstring, 4.): CPU time on / off."""
-    runs: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
-    release_pass(ex, True)  # imports, first mappings and page cache settled before the first pair
-    for pair in range(pairs):
-        for release in ((True, False) if pair % 2 == 0 else (False, True)):
-            runs[release].append(release_pass(ex, release))
-        on, off = runs[True][-1], runs[False][-1]
-        print(f"pair {pair + 1}: on {on[0] * 1e3:.1f} ms ({on[1]} faults), off {off[0] * 1e3:.1f} ms ({off[1]} "
-              f"faults): {on[0] / off[0]:.3f}, {benchlib.load()}", flush=True)
-    ratios = [on[0] / off[0] for on, off in zip(runs[True], runs[False])]
-    best_on, best_off = (min(cpu for cpu, _ in runs[flag]) for flag in (True, False))
-    print(f"release on / off, CPU per pass of {ex.samples} samples ({ex.bytes / 1e6:.0f} MB): median of {pairs} "
-          f"paired ratios {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); best "
-          f"{best_on * 1e3:.1f} / {best_off * 1e3:.1f} ms = {best_on / best_off:.3f}")
-    report.add(f"release pages: CPU of a zero-copy pass, on / off (median of {pairs} pairs)",
-               statistics.median([cpu for cpu, _ in runs[True]]), "s",
-               baseline=statistics.median([cpu for cpu, _ in runs[False]]), ratio=statistics.median(ratios),
-               target="within noise")
+def release_ab(ex: Export, rounds: int, report: benchlib.Report) -> None:
+    """Release on / off with an off / off control (see the module docstring, 4.), per path."""
+    for path, batches in (("samples, every page touched", False), (f"batches of {BATCH}, workers 0", True)):
+        kinds = ("on", "off", "off again")
+        runs: dict[str, list[tuple[float, int]]] = {kind: [] for kind in kinds}
+        release_pass(ex, True, batches)  # imports, first mappings and page cache settled before the first round
+        for n in range(rounds):
+            for kind in kinds[n % 3:] + kinds[:n % 3]:  # each kind first, second and third in turn
+                runs[kind].append(release_pass(ex, kind == "on", batches))
+            on, off, again = (runs[kind][-1] for kind in kinds)
+            print(f"{path}, round {n + 1}: on {on[0] * 1e3:.1f} ms ({on[1]} faults), off {off[0] * 1e3:.1f} ms "
+                  f"({off[1]}), off again {again[0] * 1e3:.1f} ms: {on[0] / off[0]:.3f} / {again[0] / off[0]:.3f}, "
+                  f"{benchlib.load()}", flush=True)
+        ratios = [on[0] / off[0] for on, off in zip(runs["on"], runs["off"])]
+        control = [again[0] / off[0] for again, off in zip(runs["off again"], runs["off"])]
+        effect = statistics.median(ratios)
+        low, _, high = statistics.quantiles(control, n=4, method="inclusive")  # the control's middle half
+        verdict = "inside" if low <= effect <= high else "outside"
+        print(f"release on / off, {path}, CPU per pass of {ex.samples} samples ({ex.bytes / 1e6:.0f} MB), "
+              f"{rounds} rounds: median {effect:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); control off / "
+              f"off: median {statistics.median(control):.3f}, middle half {low:.3f}-{high:.3f}, range "
+              f"{min(control):.3f}-{max(control):.3f}: on / off is {verdict} the control's middle half")
+        report.add(f"release pages, {path}: CPU per pass on / off (median of {rounds})",
+                   statistics.median([cpu for cpu, _ in runs["on"]]), "s",
+                   baseline=statistics.median([cpu for cpu, _ in runs["off"]]), ratio=effect,
+                   target=f"within noise (off/off middle half {low:.3f}-{high:.3f})")
 
 
 def main() -> None:
     parser = benchlib.parser(__doc__, repeats=2, quick={"episodes": 4, "min_s": 0.05, "max_s": 0.2, "repeats": 1,
-                                                        "plan_samples": 100_000, "release_pairs": 2})
+                                                        "plan_samples": 100_000, "release_rounds": 2})
     parser.add_argument("--episodes", type=int, default=120, help="synthetic store size (both exports)")
     parser.add_argument("--large-stride", type=int, default=16, help="anchor stride of the large export")
     parser.add_argument("--imu-seconds", type=float, default=100.0, help="IMU window of the large export (200 Hz)")
@@ -709,8 +725,8 @@ def main() -> None:
     parser.add_argument("--ours-only", action="store_true",
                         help="skip the webdataset and wids rows (and their value check): raw, limits and ours only")
     parser.add_argument("--top", type=int, default=18, help="cProfile entries to print")
-    parser.add_argument("--release-pairs", type=int, default=10,
-                        help="pairs of passes (release on / off) in the page-release A/B (0: skip it)")
+    parser.add_argument("--release-rounds", type=int, default=10,
+                        help="rounds (release on, off, off again) of the page-release A/B (0: skip it)")
     parser.add_argument("--release-only", action="store_true",
                         help="export only the large set and run only the page-release A/B")
     args = benchlib.parse(parser)
@@ -727,7 +743,7 @@ def main() -> None:
         if args.release_only:
             print(f"large: {large.samples} samples in {len(large.urls)} shards, {large.bytes / 1e6:.1f} MB")
             sum(raw_pass(large.urls))  # warm the page cache
-            release_ab(large, args.release_pairs, report)
+            release_ab(large, args.release_rounds, report)
             report.finish()
             return
         small = export(store, Path(tmp) / "small", "small", [ALL_BUT_JOINTS, "shard.max_samples=1024"])
@@ -750,9 +766,9 @@ def main() -> None:
             print_targets(rows, ex)
             report_figures(report, rows, ex)
             wids_ds.close()
-        if args.release_pairs:
+        if args.release_rounds:
             print()
-            release_ab(large, args.release_pairs, report)
+            release_ab(large, args.release_rounds, report)
         print()
         for ex in (small, large):
             print_resume(ex, args.repeats)
