@@ -70,7 +70,7 @@ class ShardDataset(IterableDataset):
     keywords raise a TypeError naming their new form: reader/old_keywords.py).
     """
 
-    # Internal, not an option: bench_read's paired A/B (`--release-pairs`) turns it off on an instance to
+    # Internal, not an option: bench_read's page-release A/B (`--release-rounds`) turns it off on an instance to
     # measure what letting go of consumed pages costs (reader/release.py); every reader keeps it on.
     _release_pages = True
 
