@@ -34,7 +34,8 @@ from robowds.export.store.location import RemoteStoreError, StoreLocation, store
 from robowds.reader.manifest import ShardInfo, split_layout
 
 # shards below this many bytes in all are checked in-process whatever `workers` says: a pool's start
-# (~0.5-1 s for its interpreters and imports) is more than checking them takes (~0.4 s per 100 MB)
+# (a forkserver's interpreter, then ~0.3 s of a worker's imports before its first shard on the 2-core
+# VM) is about what checking them takes (~0.4-0.6 s per 100 MB)
 PARALLEL_MIN_BYTES = 64 << 20
 
 
