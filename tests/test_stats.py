@@ -294,3 +294,19 @@ def test_values_too_large_for_statistics_are_one_episode_error(tmp_path: Path,
     err = capsys.readouterr().err
     assert "episode 'ep0', field 'x': values too large for normalisation statistics" in err
     assert "Traceback" not in err
+
+
+def test_a_merged_variance_beyond_float64_still_gives_its_root() -> None:
+    """Each episode's values are fine (constant, variance 0), but at +-1.5e154 across two episodes the
+    merged variance is 2.25e308, past float64's 1.8e308: `summary()` raised OverflowError (a traceback at
+    the end of an export); its root, 1.5e154, is a float. Within range the root is what it was, bit for bit."""
+    big = merge_all([FieldStats.of(np.full((3, 1), 1.5e154)), FieldStats.of(np.full((3, 1), -1.5e154))])
+    summary = big.summary()
+    assert summary["mean"] == [0.0] and math.isclose(summary["std"][0], 1.5e154, rel_tol=1e-15)
+    json.dumps(summary, allow_nan=False)  # finite, so the manifest can hold it
+    rng = np.random.default_rng(3)
+    parts = [FieldStats.of(rng.normal(5, 3, (50, 2)) * 10.0 ** rng.integers(-30, 30)) for _ in range(4)]
+    merged = merge_all(parts)
+    for d, std in enumerate(merged.summary()["std"]):
+        a, b, c = (merged.moments.fraction(row, d) for row in range(3))
+        assert std == math.sqrt(float((a + c - b * b / merged.count) / merged.count))

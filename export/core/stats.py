@@ -177,7 +177,7 @@ class FieldStats:
         for d in range(self.dims):
             a, b, c = (self.moments.fraction(row, d) for row in range(3))
             mean.append(float(b / n))
-            std.append(math.sqrt(float((a + c - b * b / n) / n)))  # M2 >= 0 exactly: no clamp needed
+            std.append(_sqrt(Fraction(a + c - b * b / n) / n))  # M2 >= 0 exactly: no clamp needed
         out: dict[str, object] = {"count": n, "mean": mean, "std": std,
                                   "min": self.min.tolist(), "max": self.max.tolist()}
         dim_of = self.keys >> DIM_SHIFT  # [K]
@@ -186,6 +186,16 @@ class FieldStats:
             out[name] = [bucket_quantile(self.counts[a:b], self.lo[a:b], self.hi[a:b], q, float(self.min[d]),
                                    float(self.max[d])) for d, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
         return out
+
+
+def _sqrt(variance: Fraction) -> float:
+    """The square root of an exact, non-negative variance as a float64. Within float64's range this is
+    `math.sqrt(float(variance))`; beyond it (fields whose values, each episode's finite, lie near
+    +-1e154 in different episodes: the merged variance exceeds 1.8e308 while its root does not) the
+    variance is scaled by 4**-k first and the root by 2**k after, where `float()` alone raised
+    OverflowError."""
+    shift = max(0, (variance.numerator.bit_length() - variance.denominator.bit_length()) // 2 - 500)
+    return math.ldexp(math.sqrt(float(variance / (1 << (2 * shift)))), shift)
 
 
 def _le(a: np.ndarray, dtype: str) -> bytes:
