@@ -8,12 +8,9 @@ epoch reads: reader/generations.py); resuming seeks straight to the first uncons
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import itertools
 import os
-from collections import deque
-from concurrent.futures import Future
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -22,27 +19,21 @@ from torch.utils.data import IterableDataset, get_worker_info
 from robowds.reader.batching import SlotPool, SlotSpec
 from robowds.reader.collation import Collate
 from robowds.reader.cursor import DATASET_KEYS, as_cursor, check_keys, check_progress, export_id
-from robowds.reader.dataset_args import checked_batching, resolve_topology, sample_rng
+from robowds.reader.dataset_args import checked_batching, resolve_topology
 from robowds.reader.emit import planned_items
-from robowds.reader.format import ShardFormatError
 from robowds.reader.generations import counts_at, cursor_generation, epoch_begun, generations_of
-from robowds.reader.heartbeat import Heartbeat, Pulse
-from robowds.reader.layout import SampleDecoder
+from robowds.reader.heartbeat import Heartbeat
 from robowds.reader.manifest import shards_of, split_layout, split_stats
 from robowds.reader.members import MemberSet
 from robowds.reader.plan import POLICIES, PlanSpec, RankPlan, Topology, materialise, worker_count
 from robowds.reader.old_keywords import BATCHING, REMOTE, refuse_old_keywords
-from robowds.reader.release import ReleaseBehind
 from robowds.reader.remote_options import Remote
-from robowds.reader.select import make_decoder, select_fields
+from robowds.reader.sample_reads import SampleReads, Transform
+from robowds.reader.select import select_fields
 from robowds.reader.shard_cache import ShardCache
-from robowds.reader.source import ShardReadError, ShardSource, load_manifest
+from robowds.reader.source import ShardSource, load_manifest
 
 STATE_VERSION = 2  # 2: the per-position plan (reader/plan.py); 1: the materialising plan, another shuffled order
-READ_AHEAD = 64  # at most this many samples read ahead of decoding ...
-READ_AHEAD_BYTES = 16 << 20  # ... and at most this many bytes (at least one sample)
-READ_THREADS = 8  # remote reads in flight (they wait on the network, not the CPU)
-Transform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
 
 
 class _PooledCollate:
@@ -288,7 +279,7 @@ class ShardDataset(IterableDataset):
                              shards=self.shards, max_request_bytes=self.max_request_bytes,
                              jitter_key=f"{self.rank}/{worker}")
         chunks = self.plan().worker_ids(length, self.start, self.batch_size, workers, worker, skip=done)
-        samples = self._samples(source, (i for chunk in chunks for i in chunk.tolist()), raw=self._raw_batches())
+        samples = self.reads().samples(source, (i for chunk in chunks for i in chunk.tolist()), raw=self._raw_batches())
         collate_fn, pool = self.collate_fn, None
         if self._slots is not None and info is not None and type(collate_fn) is Collate:
             pool = SlotPool(self._slots, worker)  # batches in reused shared memory (reader/batching.py)
@@ -325,85 +316,9 @@ class ShardDataset(IterableDataset):
     def _count_item(self) -> None:
         self._yielded += 1
 
-    def _samples(self, source: ShardSource, ids: Iterator[int], raw: bool = False) -> Iterator[dict[str, Any] | None]:
-        """Decoded samples of `ids` in order (None = skipped). Reads run ahead of decoding: remote ones
-        as coalesced requests in READ_THREADS threads (the GIL is released while they wait;
-        `ShardSource.read_ahead`), local and node-cached ones by up to READ_AHEAD samples and
-        READ_AHEAD_BYTES as read-ahead hints to the kernel for the mapped shard (and downloads into the
-        node cache), so disk or network time overlaps decoding. Samples that repeat the member layout
-        of an earlier one decode through that layout (`reader/layout.py`); the others through the
-        checked tar walk. With `raw` (and every field decoded) a matched sample's fixed-shape arrays
-        are `RawArray`s, for `Collate` to copy into the batch (`_raw_batches`).
-        A sample whose shard index cannot be had (missing, refused) is an error entry in the window,
-        raised or skipped in its turn like a bad sample."""
-        decoder = make_decoder(self.members, self.keep)
-        raw = raw and isinstance(decoder, SampleDecoder)
-        pulse = self._heartbeat.pulse(self.shards) if self._heartbeat is not None else None
-        if not source.mapped:
-            for shard, start, size, pending in source.read_ahead(ids, lambda i: self._locate(i, source), READ_THREADS):
-                yield self._decode(source, decoder, shard, start, size, pending, raw, pulse)
-            return
-        window: deque[tuple[Any, int, int, Any]] = deque()  # (shard, start, size, (path, stop) | error)
-        behind = ReleaseBehind(source.release, keep=self.batch_size) if self._release_pages else None
-        ahead = 0  # bytes in `window`
-        upcoming = iter(ids)
-        waiting = next(upcoming, None)  # the next sample id not yet in `window`
-        while True:
-            while waiting is not None and len(window) < READ_AHEAD:
-                try:
-                    shard, start, stop = self._locate(waiting, source)
-                except ShardReadError as exc:
-                    window.append((None, 0, 0, exc))
-                    waiting = next(upcoming, None)
-                    continue
-                if window and ahead + stop - start > READ_AHEAD_BYTES:
-                    break
-                if self.keep is None:  # with fields selected, the skipped members' bytes are never read
-                    source.prefetch(shard.path, start, stop)
-                window.append((shard, start, stop - start, (shard.path, stop)))
-                ahead += stop - start
-                waiting = next(upcoming, None)
-            if not window:
-                return
-            shard, start, size, pending = window.popleft()
-            ahead -= size
-            yield self._decode(source, decoder, shard, start, size, pending, raw, pulse)
-            if shard is not None and behind is not None:  # its pages leave RSS once far behind (reader/release.py)
-                behind.consumed(shard.path, start, start + size)
-
-    def _decode(self, source: ShardSource, decoder: SampleDecoder, shard: Any, start: int, size: int,
-                pending: Any, raw: bool = False, pulse: Pulse | None = None) -> dict[str, Any] | None:
-        """One sample; `pulse` (in a ShardLoader's worker) records its start and its decoding."""
-        if isinstance(pending, ShardReadError):  # its shard's index could not be had
-            if self.on_error == "skip":
-                return None
-            raise pending
-        if pulse is not None:
-            pulse.reading(shard, start)
-        try:
-            buf, offset = pending.result() if isinstance(pending, Future) else source.span(pending[0], start, pending[1])
-            where = f"shard {shard.path}"
-            sample = (decoder.decode(buf, offset, offset + size, where, start, raw=True) if raw
-                      else decoder.decode(buf, offset, offset + size, where, start))
-            for name in self.cameras:
-                sample[name] = sample[name].transpose(0, 3, 1, 2)  # [T, H, W, C] -> [T, C, H, W] (a view)
-        except (ShardFormatError, ShardReadError, ValueError, OSError) as exc:
-            if self.on_error == "skip":
-                return None
-            message = str(exc) if str(exc).startswith("shard ") else f"shard {shard.path}: byte {start}: {exc}"
-            raise ShardReadError(message) from exc
-        if pulse is not None:
-            pulse.decoded(sample["__key__"])
-        if self.transform is not None:
-            sample = self.transform(sample, sample_rng(self.seed, self.epoch, sample["__key__"]))
-        return sample
-
-    def _locate(self, sample_id: int, source: ShardSource) -> tuple[Any, int, int]:
-        """(shard, start, stop) of a sample: its shard's offset index comes from `source`, read when
-        the shard is first read (`ShardSource.offsets`)."""
-        k = bisect.bisect_right(self._first, sample_id) - 1  # not np.searchsorted: it releases the GIL,
-        # and taking it back from the read-ahead threads cost ~15 us per sample (cProfile, large samples)
-        shard = self.shards[k]
-        offsets = source.offsets(shard)  # [samples + 1]
-        i = sample_id - self._first[k]
-        return shard, offsets[i], offsets[i + 1]
+    def reads(self) -> SampleReads:
+        """How this copy turns sample ids into samples now (`reader/sample_reads.py`): fixed for a pass,
+        the current epoch (what the transform draws from) included."""
+        return SampleReads(self.shards, self._first, self.members, self.keep, self.cameras, self.on_error,
+                           self.transform, self.seed, self.epoch, self._heartbeat, self.batch_size,
+                           self._release_pages)

@@ -11,7 +11,7 @@ process before the workers start and inherited by them (fork) or passed at their
 forkserver: the array travels as a file descriptor). No files, no threads, no locks: a worker writes
 its own slot with one `struct.pack_into` when it starts a sample and one when it has decoded it.
 Cost, on the loaded 2-core development VM: 0.77 us a sample for both (CPU time, a tight loop); in
-`ShardDataset._samples` over 4 KB samples a paired, interleaved A/B measured a median +3.3 us on
+`SampleReads.samples` over 4 KB samples a paired, interleaved A/B measured a median +3.3 us on
 ~23 us (an A/A run of the same harness: +0.0, quartiles -4.2 / +2.9); bigger samples cost more to
 read and the same to record, and `scripts/bench_read.py`'s run-to-run spread is larger. The main
 process reads a slot only after the worker stopped sending batches, when nothing writes it any more

@@ -2,7 +2,7 @@
 
 `ds[i]` is sample i of the split's concatenated shard order (the order of `ShardDataset(shuffle=False)`),
 located through the shard's `<shard>.tar.idx` offsets and decoded by the same code iteration uses
-(`ShardDataset._locate` / `_decode`, field selection included), so it is exactly what iteration
+(`SampleReads.locate` / `decode`, field selection included), so it is exactly what iteration
 yields for that sample. Use it with any sampler:
 
     ds = ShardIndex("OUT", "train", fields=["joints", "actions"])
@@ -43,12 +43,13 @@ from typing import Any, Iterator
 
 from torch.utils.data import Dataset
 
-from robowds.reader.dataset import READ_THREADS, ShardDataset
+from robowds.reader.dataset import ShardDataset
 from robowds.reader.format import BLOCK, MAX_NAME_BYTES
 from robowds.reader.keys import FILES_PREFIX, KeyIndex
 from robowds.reader.layout import SampleDecoder
 from robowds.reader.manifest import ShardInfo
 from robowds.reader.release import ReleaseBehind
+from robowds.reader.sample_reads import READ_THREADS
 from robowds.reader.select import make_decoder
 from robowds.reader.source import ShardReadError, ShardSource
 
@@ -96,9 +97,9 @@ class ShardIndex(Dataset):
         if not 0 <= index < n:
             raise IndexError(f"sample {i} is outside split {self.split!r} ({n} samples)")
         source, decoder = self._reader()
-        ds = self.dataset
-        shard, start, stop = ds._locate(index, source)
-        sample = ds._decode(source, decoder, shard, start, stop - start, (shard.path, stop))
+        reads = self.dataset.reads()  # the epoch set last, as iteration's
+        shard, start, stop = reads.locate(index, source)
+        sample = reads.decode(source, decoder, shard, start, stop - start, (shard.path, stop))
         assert sample is not None  # on_error="raise"
         if self._behind is not None:  # its mapped pages leave RSS once far enough behind (reader/release.py)
             self._behind.consumed(shard.path, start, stop)

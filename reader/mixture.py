@@ -25,13 +25,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robowds.reader.cursor import MIXTURE_KEYS, as_cursor, check_export, check_keys, check_progress, export_mismatch, \
     exports_hash
-from robowds.reader.dataset import ShardDataset, Transform
+from robowds.reader.dataset import ShardDataset
 from robowds.reader.dataset_args import checked_batching, resolve_topology, sample_rng
 from robowds.reader.emit import planned_items
 from robowds.reader.generations import counts_at, epoch_begun
 from robowds.reader.mixing import DEFAULT_BLOCK, MixPlan, SourcePlan, normalise_weights
 from robowds.reader.old_keywords import BATCHING, refuse_old_keywords
 from robowds.reader.plan import POLICIES, Topology, worker_chunks, worker_count
+from robowds.reader.sample_reads import Transform
 from robowds.reader.source import ShardSource
 
 MIX_STATE_VERSION = 1
@@ -317,7 +318,7 @@ class Mixture(IterableDataset):
     def _samples(self, chunks: Iterator[tuple[np.ndarray, np.ndarray]], epoch: int,
                  jitter: str) -> Iterator[dict[str, Any] | None]:
         """Samples in position order. Each source reads its own ids through its dataset's read-ahead
-        (`ShardDataset._samples`), fed from one shared queue of planned chunks: a source that looks
+        (`SampleReads.samples`), fed from one shared queue of planned chunks: a source that looks
         ahead pulls the next chunk, and the other sources' ids from it wait in their queues (bounded by
         about READ_AHEAD / weight positions)."""
         queues: list[deque[int]] = [deque() for _ in self.datasets]  # per source: sample ids planned
@@ -348,7 +349,7 @@ class Mixture(IterableDataset):
                 source = ShardSource(ds.base, ds.storage_options, ds.verify, ds.retry, cache=ds.cache,
                                      shards=ds.shards, max_request_bytes=ds.max_request_bytes,
                                      jitter_key=f"{jitter}/{self.names[s]}")
-                readers[s] = ds._samples(source, ids_of(s))
+                readers[s] = ds.reads().samples(source, ids_of(s))
             sample = next(readers[s])
             yield None if sample is None else self._finish(s, sample, epoch)
 

@@ -52,7 +52,7 @@ def plan_order_limit(out: Path, block: int) -> int:
     ranges = []
     source = ShardSource(dataset.base)  # reads each shard's offset index once
     for sample_id in dataset.sequence().tolist():
-        shard, start, stop = dataset._locate(sample_id, source)
+        shard, start, stop = dataset.reads().locate(sample_id, source)
         ranges.append((str(out / shard.path), start, stop))
     fds = {path: os.open(path, os.O_RDONLY) for path, _, _ in ranges}
     try:

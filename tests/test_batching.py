@@ -88,8 +88,8 @@ def test_raw_samples_reach_collate(out: Path) -> None:
     from robowds.reader.source import ShardSource
     source = ShardSource(ds.base, shards=ds.shards)
     ids = ds.sequence().tolist()
-    raw = list(ds._samples(source, iter(ids), raw=True))
-    plain = list(ds._samples(source, iter(ids), raw=False))
+    raw = list(ds.reads().samples(source, iter(ids), raw=True))
+    plain = list(ds.reads().samples(source, iter(ids), raw=False))
     assert sum(isinstance(v, RawArray) for s in raw for v in s.values()) >= 4 * (len(ids) - 2)
     assert not any(isinstance(v, RawArray) for s in plain for v in s.values())
     for i in range(0, len(ids), BATCH):
@@ -254,7 +254,7 @@ def test_npz_layout_takes_the_batch_path_with_the_same_batches(tmp_path: Path) -
     ds = ShardDataset(npz, "train", seed=3, block=8).set_batching(1, collate_fn=collate)
     from robowds.reader.source import ShardSource
     ids = ds.sequence().tolist()
-    raw = list(ds._samples(ShardSource(ds.base, shards=ds.shards), iter(ids), raw=True))
+    raw = list(ds.reads().samples(ShardSource(ds.base, shards=ds.shards), iter(ids), raw=True))
     assert sum(isinstance(v, RawArray) for s in raw for v in s.values()) >= 4 * (len(ids) - 2)
     expected = batches(npz, PerSample(), 0)
     for workers in (0, 2):

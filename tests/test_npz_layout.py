@@ -334,7 +334,7 @@ def test_batches_are_the_same_in_both_layouts(outs: dict[str, Path], workers: in
     from robowds.reader.source import ShardSource
     ds = ShardDataset(outs["npz1"], "train", seed=2).set_batching(1, collate_fn=collate)
     ids = ds.sequence().tolist()
-    raw = list(ds._samples(ShardSource(ds.base, shards=ds.shards), iter(ids), raw=True))
+    raw = list(ds.reads().samples(ShardSource(ds.base, shards=ds.shards), iter(ids), raw=True))
     assert ds._raw_batches() and sum(isinstance(v, RawArray) for s in raw for v in s.values()) >= 10 * (len(ids) - 4)
 
     got, expected = batches(outs["npz1"]), batches(outs["members"])

@@ -98,11 +98,11 @@ def test_hops_serve_every_sample_but_the_first(camera: Path) -> None:
     source = ShardSource(ds.base)
     n = 0
     for sample_id in range(len(ds)):
-        shard, start, stop = ds._locate(sample_id, source)
+        shard, start, stop = ds.reads().locate(sample_id, source)
         buf, at = source.span(shard.path, start, stop)
         decoder.decode(buf, at, at + stop - start, shard.path, start)
         n += 1
-    assert len({ds._locate(i, source)[2] - ds._locate(i, source)[1] for i in range(n)}) >= 5  # lengths vary
+    assert len({ds.reads().locate(i, source)[2] - ds.reads().locate(i, source)[1] for i in range(n)}) >= 5  # lengths vary
     assert decoder.matched == n - 1  # the checked walk only for the first sample
 
 

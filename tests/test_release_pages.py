@@ -12,7 +12,7 @@ import pytest
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
 from robowds.reader import ShardDataset, ShardIndex, ShardLoader
-from robowds.reader.dataset import READ_AHEAD_BYTES
+from robowds.reader.sample_reads import READ_AHEAD_BYTES
 from robowds.reader.release import FAULT_AROUND, RELEASE_CHUNK_BYTES, RELEASE_LAG_BYTES, ReleaseBehind
 from robowds.reader.source import ShardSource
 
