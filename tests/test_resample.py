@@ -404,3 +404,19 @@ def test_infinite_values_are_missing_samples() -> None:
     np.testing.assert_array_equal(s.times, [0.0, 2.0])
     out, valid = resample(s, np.array([1.0, 3.0]), "linear")
     assert out[:, 0].tolist() == [1.0, 2.0] and valid.tolist() == [True, False]
+
+
+def test_quaternions_of_extreme_magnitude_normalise_to_unit_length() -> None:
+    """Components near 1e-160 square to subnormals and came out 4e-5 off unit length (hypothesis found
+    [0, 0, 0, 1e-160]); near 1e-170 they squared to zero and the row was dropped as a zero quaternion;
+    near 1e200 the norm overflowed and the row became zeros. Each is the same rotation as its unit
+    multiple; an ordinary row normalises bit for bit as `q / |q|`."""
+    unit = np.array(_zquat(30))
+    s = _stream([0, 1, 2, 3], [list(unit * 1e-160), list(unit * 1e-170), list(unit * 1e200), list(unit * 3)], "slerp")
+    assert s.repairs.zero_quaternion == 0 and len(s.times) == 4
+    np.testing.assert_allclose(np.linalg.norm(s.values, axis=1), 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(s.values, np.tile(unit, (4, 1)), rtol=0, atol=1e-15)
+    ordinary = unit * 3
+    assert s.values[3].tobytes() == (ordinary / np.linalg.norm(ordinary)).tobytes()
+    out, valid = resample(s, np.array([0.0, 10 ** -12, 2.5]), "slerp")
+    assert valid.all() and np.allclose(np.linalg.norm(out, axis=1), 1.0, rtol=0, atol=1e-12)

@@ -211,7 +211,7 @@ def zero_quaternions(values: np.ndarray) -> np.ndarray:
     """[T, 4] -> [T] bool: rows whose norm is zero (NaN counted as 0), which name no rotation and are
     dropped like missing samples; the rosbag converter uses the same test to leave out orientations a
     driver never filled in."""
-    return ~(np.linalg.norm(np.nan_to_num(np.asarray(values, np.float64)), axis=1) > 0)
+    return ~np.any(np.nan_to_num(np.asarray(values, np.float64)) != 0, axis=1)  # not a norm: 1e-170's squares underflow
 
 
 def _dropped_besides(finite_t: np.ndarray, nan_row: np.ndarray) -> str:
@@ -234,7 +234,17 @@ def clock_resolution(times: np.ndarray) -> float:
 
 
 def _normalised(q: np.ndarray) -> np.ndarray:  # [T, 4] -> [T, 4]
-    return q / np.linalg.norm(q, axis=1, keepdims=True)
+    """Unit quaternions. A row whose norm leaves [1e-150, 1e150] (its squares underflow to subnormals or
+    overflow: components like 1e-160 came out 4e-5 off unit length, 1e200 as zeros) is divided by its
+    largest |component| first; every other row is `q / |q|` exactly as before, bit for bit."""
+    q = np.asarray(q, dtype=np.float64)
+    norm = np.linalg.norm(q, axis=1, keepdims=True)  # [T, 1]
+    extreme = ~((norm >= 1e-150) & (norm <= 1e150))[:, 0]  # [T]
+    if np.any(extreme):
+        q = q.copy()
+        q[extreme] /= np.abs(q[extreme]).max(axis=1, keepdims=True)
+        norm[extreme] = np.linalg.norm(q[extreme], axis=1, keepdims=True)
+    return q / norm
 
 
 def _hemisphere_fixed(q: np.ndarray) -> np.ndarray:  # [T, 4] -> [T, 4]
