@@ -71,6 +71,7 @@ class ShardIndex(Dataset):
         self.dataset = ShardDataset(source, split, shuffle=False, seed=seed, rank=0, world_size=1, fields=fields,
                                     exclude=exclude, transform=transform, on_error="raise", **options)
         self.dataset.set_epoch(epoch)
+        self._reads = self.dataset.reads()  # how ids become samples at this epoch: built once, not per lookup
         self.split = split
         self._open: tuple[int, ShardSource, SampleDecoder] | None = None  # (pid, source, decoder) per process
         self._keys: OrderedDict[int, dict[str, int]] = OrderedDict()  # shard -> key -> sample in shard
@@ -85,6 +86,7 @@ class ShardIndex(Dataset):
     def set_epoch(self, epoch: int) -> None:
         """The epoch `transform`'s per-sample generator sees (as in iteration)."""
         self.dataset.set_epoch(epoch)
+        self._reads = self.dataset.reads()
 
     def __len__(self) -> int:
         return self.dataset._first[-1]
@@ -97,9 +99,8 @@ class ShardIndex(Dataset):
         if not 0 <= index < n:
             raise IndexError(f"sample {i} is outside split {self.split!r} ({n} samples)")
         source, decoder = self._reader()
-        reads = self.dataset.reads()  # the epoch set last, as iteration's
-        shard, start, stop = reads.locate(index, source)
-        sample = reads.decode(source, decoder, shard, start, stop - start, (shard.path, stop))
+        shard, start, stop = self._reads.locate(index, source)
+        sample = self._reads.decode(source, decoder, shard, start, stop - start, (shard.path, stop))
         assert sample is not None  # on_error="raise"
         if self._behind is not None:  # its mapped pages leave RSS once far enough behind (reader/release.py)
             self._behind.consumed(shard.path, start, stop)

@@ -51,8 +51,9 @@ def plan_order_limit(out: Path, block: int) -> int:
     dataset = ShardDataset(out, "train", seed=0, block=block)
     ranges = []
     source = ShardSource(dataset.base)  # reads each shard's offset index once
+    reads = dataset.reads()
     for sample_id in dataset.sequence().tolist():
-        shard, start, stop = dataset.reads().locate(sample_id, source)
+        shard, start, stop = reads.locate(sample_id, source)
         ranges.append((str(out / shard.path), start, stop))
     fds = {path: os.open(path, os.O_RDONLY) for path, _, _ in ranges}
     try:
