@@ -14,6 +14,7 @@ from robowds.export.report.window_figure import FRAME_INCHES, GROUP, figure
 from robowds.export.report.window_samples import random_windows
 from robowds.export.cli.main import main
 from robowds.export.cli.synth import write_synthetic_store
+from robowds.export.output.publish import load_finished_manifest
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_png_size_and_out_dir(out: Path, tmp_path: Path, capsys: pytest.CaptureF
     assert main(["inspect", str(out), "--out-dir", str(tmp_path / "many"), "--count", "3", "--seed", "5"]) == 0
     drawn = sorted(p.name for p in (tmp_path / "many").iterdir())
     keys = []
-    for index in random_windows(out, "train", 3, 5):
+    for index in random_windows(load_finished_manifest(out), "train", 3, 5):
         keys.append(load_window(out, "train", None, index)[1]["__key__"])
     assert drawn == sorted(f"{k}.png" for k in keys) and len(set(keys)) == 3
     assert all(Image.open(tmp_path / "many" / name).size[0] >= 1000 for name in drawn)

@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out_dir is not None:
         if args.count < 1:
             raise UserError(f"--count must be >= 1, got {args.count}", hint="e.g. --count 8 (one PNG per window)")
-        indices = random_windows(args.out, args.split, args.count, args.seed)
         manifest = load_finished_manifest(args.out)
+        indices = random_windows(manifest, args.split, args.count, args.seed)
         args.out_dir.mkdir(parents=True, exist_ok=True)
         # each shard holding a drawn window is read once, and only those windows' bytes
         for sample in read_windows(args.out, manifest, args.split, indices):

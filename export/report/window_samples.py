@@ -5,13 +5,11 @@ one pass (`read_windows`), and refusing a cut shard. Shared by `robowds inspect`
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from robowds.export.errors import UserError
-from robowds.export.output.publish import load_finished_manifest
 from robowds.export.store.location import RemoteStoreError, StoreLocation
 from robowds.reader.decode import decode_sample
 from robowds.reader.format import BLOCK, ShardFormatError, parse_header, read_sample
@@ -53,9 +51,9 @@ def _key_at(data: bytes, start: int, where: str) -> str | None:
     return name.partition(".")[0]
 
 
-def random_windows(out: Path | str | StoreLocation, split: str, count: int, seed: int) -> list[int]:
-    """`count` distinct sample indices of the split, drawn with `seed` (all of them if it has fewer)."""
-    manifest = load_finished_manifest(out)
+def random_windows(manifest: dict[str, Any], split: str, count: int, seed: int) -> list[int]:
+    """`count` distinct sample indices of the split, drawn with `seed` (all of them if it has fewer); an
+    empty split is a user error (inspect's `--out-dir`)."""
     if not sum(s.samples for s in split_shards(manifest, split)):
         raise UserError(f"split {split!r} has no samples", hint="pick another --split")
     return pick_windows(manifest, split, count, seed)
