@@ -177,7 +177,7 @@ class FieldStats:
         for d in range(self.dims):
             a, b, c = (self.moments.fraction(row, d) for row in range(3))
             mean.append(float(b / n))
-            std.append(_sqrt(Fraction(a + c - b * b / n) / n))  # M2 >= 0 exactly: no clamp needed
+            std.append(_sqrt((a + c - b * b / n) / n))  # M2 >= 0 exactly: no clamp needed
         out: dict[str, object] = {"count": n, "mean": mean, "std": std,
                                   "min": self.min.tolist(), "max": self.max.tolist()}
         dim_of = self.keys >> DIM_SHIFT  # [K]

@@ -24,7 +24,7 @@ from robowds.export.core.resample import StreamError, clean_stream
 from robowds.export.errors import EpisodeError, UserError
 from robowds.export.report.parts import Figure
 from robowds.export.report.png import dims_text, png_bytes, pyplot, steps_text
-from robowds.export.report.window_figure import GROUP, drawn_series, left_out_note, without_fields
+from robowds.export.report.window_figure import GROUP, left_out, left_out_alt, left_out_note, without_fields
 from robowds.export.store.episodes import EpisodeData, EpisodeLoader
 from robowds.export.store.location import StoreLocation
 from robowds.export.store.schema import open_store
@@ -105,14 +105,14 @@ def overlay_pictures(manifest: dict[str, Any], store: StoreLocation, split: str,
     episodes = load_episodes(store, manifest, sorted({s["meta"]["episode_id"] for s in samples}))
     pictures = []
     for s in samples:
-        _, left = drawn_series(manifest, s)
+        left = left_out(manifest, s)
         overlays = stream_overlays(manifest, without_fields(s, left), episodes[s["meta"]["episode_id"]])
         pictures.append(overlay_figure(manifest, split, s, overlays, left))
     return pictures
 
 
 def overlay_figure(manifest: dict[str, Any], split: str, sample: dict[str, Any],
-                   overlays: list[StreamOverlay], left: list[str] | None = None) -> Figure:
+                   overlays: list[StreamOverlay], left: list[str]) -> Figure:
     """The picture: one axis per field and group of up to GROUP dimensions, each dimension in one
     colour: the exported line (gaps at padded steps, shaded grey) and the source samples as circles."""
     plt = pyplot()
@@ -155,8 +155,7 @@ def overlay_figure(manifest: dict[str, Any], split: str, sample: dict[str, Any],
     alt = (f"Window {key} of split {split} over its source episode {episode} (anchor at {t} s in the store's "
            "clock): per time series, the exported values as lines (valid steps only) and the store's samples "
            "in and around the window as circles of the same colour, over seconds from the anchor: "
-           + ("; ".join(described) if described else "no time series of this window is in the store") + ".")
-    left = left or []
-    alt += f" Not drawn here: {', '.join(left)}." if left else ""
+           + ("; ".join(described) if described else "no time series of this window is in the store") + "."
+           + left_out_alt(left))
     return Figure(title=f"{key} ({split}): exported vs source{left_out_note(left)}", alt=alt,
                   png=png_bytes(fig, OVERLAY_DPI))

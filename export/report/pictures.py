@@ -15,7 +15,7 @@ from robowds.export.report.filmstrip import filmstrip
 from robowds.export.report.overlay import overlay_pictures
 from robowds.export.report.parts import CameraRow, Figure
 from robowds.export.report.png import dims_text, png_bytes, steps_text
-from robowds.export.report.window_figure import (MAX_FRAMES, drawn_series, figure, left_out_note,
+from robowds.export.report.window_figure import (MAX_FRAMES, figure, left_out, left_out_alt, left_out_note,
                                                  without_fields)
 from robowds.export.report.window_samples import pick_windows, read_windows, sampled_windows
 from robowds.export.store.location import StoreLocation
@@ -33,12 +33,11 @@ def window_figures(out: StoreLocation, manifest: dict[str, Any], split: str, cou
 
 def window_figure(manifest: dict[str, Any], split: str, sample: dict[str, Any]) -> Figure:
     """One decoded window as the page shows it: inspect's picture, titled with its key and split."""
-    _, left = drawn_series(manifest, sample)
+    left = left_out(manifest, sample)
     shown = without_fields(sample, left)
     png = png_bytes(figure(manifest, shown), WINDOW_DPI)
     return Figure(title=f"{sample['__key__']} ({split}){left_out_note(left)}",
-                  alt=window_alt(manifest, split, shown) + (f" Not drawn here: {', '.join(left)}." if left else ""),
-                  png=png)
+                  alt=window_alt(manifest, split, shown) + left_out_alt(left), png=png)
 
 
 def window_alt(manifest: dict[str, Any], split: str, sample: dict[str, Any]) -> str:

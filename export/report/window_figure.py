@@ -24,10 +24,9 @@ FRAME_INCHES = 2.4  # per frame: ~240 px at the PNG's 100 dpi, enough to see the
 MAX_PLOTS = 12
 
 
-def drawn_series(manifest: dict[str, Any], sample: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(drawn, left out): the window's time-series fields in schema order, whole fields kept while
-    their plots (one per `GROUP` dimensions) fit in `MAX_PLOTS`."""
-    drawn: list[str] = []
+def left_out(manifest: dict[str, Any], sample: dict[str, Any]) -> list[str]:
+    """The window's time-series fields a report picture leaves out: in schema order, whole fields are
+    drawn while their plots (one per `GROUP` dimensions) fit in `MAX_PLOTS`; the rest are these."""
     left: list[str] = []
     plots = 0
     for name, spec in manifest["schema"].items():
@@ -35,11 +34,10 @@ def drawn_series(manifest: dict[str, Any], sample: dict[str, Any]) -> tuple[list
             continue
         need = max(1, -(-sample[name].shape[1] // GROUP))
         if plots + need <= MAX_PLOTS:
-            drawn.append(name)
             plots += need
         else:
             left.append(name)
-    return drawn, left
+    return left
 
 
 def without_fields(sample: dict[str, Any], names: list[str]) -> dict[str, Any]:
@@ -52,6 +50,11 @@ def left_out_note(left: list[str]) -> str:
     """The caption's words for fields a report picture leaves out ('' when none)."""
     return (f"; not drawn here: {', '.join(left)} (`robowds inspect OUT --key KEY --png FILE` draws every field)"
             if left else "")
+
+
+def left_out_alt(left: list[str]) -> str:
+    """The alt text's sentence for fields a report picture leaves out ('' when none)."""
+    return f" Not drawn here: {', '.join(left)}." if left else ""
 
 
 def figure(manifest: dict[str, Any], sample: dict[str, Any]) -> Any:
